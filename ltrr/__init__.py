@@ -1,0 +1,1 @@
+from ltrr._version import __version__

@@ -1,0 +1,83 @@
+"""The generator interface shared by every backend.
+
+A batch of prompts goes in; for each prompt a `Generation` comes out with the text, token counts,
+latency and, when the call failed for good, the error (never a silent empty answer).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Generation", "DecodingParams", "Generator"]
+
+
+@dataclass(frozen=True)
+class DecodingParams:
+    """Decoding parameters; greedy by default. All of them go into the cache key."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    json_mode: bool = False
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class Generation:
+    """One completion.
+
+    ``error`` is None on success. A failed item keeps its error text and ``text=""``; callers
+    must record it as failed, never score it.
+    """
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    error: str | None = None
+    cached: bool = False
+    truncated_passages: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Generator(ABC):
+    """A text generator backend.
+
+    Subclasses implement `generate`; `identity` must change whenever the model or backend would
+    produce different text for the same prompt (it is part of the cache key).
+    """
+
+    backend: str = "abstract"
+
+    @property
+    @abstractmethod
+    def identity(self) -> str:
+        """A stable string naming the backend and model (a file hash or a model id)."""
+
+    @abstractmethod
+    def generate(
+        self, prompts: Sequence[str | list[dict[str, str]]], params: DecodingParams | None = None
+    ) -> list[Generation]:
+        """Generate one completion per prompt (a string or a list of chat messages)."""
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens of ``text`` under this model's tokenizer (a whitespace estimate by default)."""
+        return max(1, int(len(text.split()) * 1.3))
+
+    @property
+    def context_length(self) -> int:
+        """Maximum prompt + completion tokens the model accepts."""
+        return 2048
