@@ -1,0 +1,236 @@
+"""The ``ltrr`` command line.
+
+Every user error (a bad config key, a malformed input line, a missing index, an unknown arm)
+is printed as one ``ltrr: error: ...`` line on stderr with exit code 2; nothing is half-written
+because every stage writes atomically. Heavy libraries are imported inside the commands, so
+``ltrr --help`` answers fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ltrr._errors import LtrrError
+from ltrr._version import __version__
+
+EXIT_USER_ERROR = 2
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ---- data --------------------------------------------------------------------------------
+def cmd_data_build(args: argparse.Namespace) -> int:
+    from ltrr.data.build import build_dataset
+
+    folder = build_dataset(
+        args.name, out=args.out, seed=args.seed, n_per_type=args.n_per_type,
+        n_noanswer=args.n_noanswer, force=args.force, log=_log,
+    )
+    if args.no_datasheet:
+        return 0
+    from ltrr.config import load_config, validate
+
+    cfg = load_config(args.config) if args.config else load_config("demo")
+    data = cfg.to_dict()
+    data["data"]["dataset"] = str(folder)
+    cfg = validate(data, cfg.source)
+    text = write_datasheet(cfg, folder, datasheet=args.datasheet)
+    _log(text.split("### Which family")[1].split("\n\n")[1] if "### Which family" in text else "")
+    return 0
+
+
+def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
+    """Run the config's pool over the dataset and write DATASHEET.md (and ``datasheet``)."""
+    import pandas as pd
+
+    from ltrr.data.datasheet import family_wins, recall_table, render_datasheet
+    from ltrr.pipeline import Run
+
+    run = Run(cfg, log=_log)
+    run.stage_index()
+    pool = run.pool.load(run.index_dir)
+    ds = run.dataset
+    _log(f"[datasheet] running {len(pool.arm_names)} arms over {len(ds.queries)} queries ...")
+    results = pool.search(ds.queries, show_progress=True)
+    k = max(a.k for a in pool.arms if not a.is_no_retrieval)
+    recall = recall_table(results, ds.queries, ds.qrels)
+    recall1 = recall_table(results, ds.queries, ds.qrels, at=1)
+    fams = {}
+    for arm in pool.arms:
+        if arm.is_no_retrieval or arm.reranker not in (None, "none"):
+            continue
+        fams.setdefault(cfg.retrievers[arm.retriever]["type"], arm.name)
+    wins = family_wins(results, ds.qrels, fams)
+    meta = json.loads((folder / "meta.json").read_text())
+    text = render_datasheet(meta, ds.queries, recall, recall1, wins, k)
+    _write_text(folder / "DATASHEET.md", text + "\n")
+    (folder / "family_wins.json").write_text(json.dumps(wins, indent=2))
+    if datasheet:
+        _splice(Path(datasheet), text)
+        _log(f"[datasheet] updated {datasheet}")
+    _log(f"[datasheet] {folder / 'DATASHEET.md'}")
+    del pd
+    return text
+
+
+_START, _END = "<!-- datasheet:start -->", "<!-- datasheet:end -->"
+
+
+def _write_text(path: Path, text: str) -> None:
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _splice(path: Path, text: str) -> None:
+    """Replace the generated section of a README between the datasheet markers."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    block = f"{_START}\n{text}\n{_END}"
+    if _START in old and _END in old:
+        new = old[: old.index(_START)] + block + old[old.index(_END) + len(_END):]
+    else:
+        new = (old.rstrip() + "\n\n" if old else "") + block + "\n"
+    _write_text(path, new)
+
+
+def cmd_data_stats(args: argparse.Namespace) -> int:
+    from ltrr._tables import markdown_table
+    from ltrr.data.io import load_dataset
+
+    ds = load_dataset(args.path)
+    q = ds.queries
+    _log(f"dataset {ds.path}: {len(q)} queries, {q['group'].nunique()} groups, {len(ds.corpus)} documents, "
+         f"{0 if ds.qrels is None else len(ds.qrels)} qrels")
+    per = q.groupby("qtype").agg(queries=("qid", "size"), groups=("group", "nunique"))
+    per["mean_words"] = q.groupby("qtype")["question"].apply(lambda s: s.str.split().str.len().mean())
+    per["mean_answers"] = q.groupby("qtype")["answers"].apply(lambda s: s.map(len).mean())
+    _log(markdown_table(per, ".1f"))
+    return 0
+
+
+# ---- retrieval ---------------------------------------------------------------------------
+def cmd_index(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(args.config), log=_log)
+    run.stage_index()
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(args.config), log=lambda m: None)
+    pool = run.pool
+    if args.arm not in pool.arm_names:
+        raise LtrrError(f"unknown arm {args.arm!r}; the pool has: {', '.join(pool.arm_names)}")
+    pool.load(run.index_dir)
+    res = pool.search([args.text], arms=[args.arm])
+    if args.k:
+        res = res[res["rank"] <= args.k]
+    if args.json:
+        _log(res.drop(columns=["qid"]).to_json(orient="records", force_ascii=False))
+        return 0
+    if res.empty:
+        _log(f"arm {args.arm!r} retrieves nothing (the no-retrieval arm answers closed-book)")
+    for r in res.itertuples():
+        text = r.text.replace("\n", " | ")
+        _log(f"{r.rank:>2}  {r.score:8.4f}  {r.docid}  {text[:110]}")
+    return 0
+
+
+# ---- main job ----------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    import time
+
+    from ltrr._tables import markdown_table
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    t0 = time.perf_counter()
+    cfg = load_config(args.config)
+    _log(f"ltrr run {cfg.name}: seed {cfg.seed}, workdir {cfg.workdir}")
+    run = Run(cfg, log=_log)
+    run.run_all(force=args.force)
+    table = run.retrieval_report()
+    if table is not None:
+        table.index.name = "qtype"
+        _log("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):")
+        _log(markdown_table(table))
+        _log(f"\nreport: {run.workdir / 'reports' / 'retrieval_recall.md'}")
+    _log(f"done in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ltrr",
+        description="Learning to rank retrievers for LLMs: build data, index, search, run.",
+    )
+    p.add_argument("--version", action="version", version=f"ltrr {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    data = sub.add_parser("data", help="build or inspect datasets")
+    dsub = data.add_subparsers(dest="data_command", metavar="ACTION")
+    b = dsub.add_parser("build", help="build a named dataset (demo) offline")
+    b.add_argument("name", help="dataset to build: demo")
+    b.add_argument("--out", help="output folder (default: data/built/NAME)")
+    b.add_argument("--seed", type=int, default=13)
+    b.add_argument("--n-per-type", type=int, default=200)
+    b.add_argument("--n-noanswer", type=int, default=200)
+    b.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    b.add_argument("--config", help="config whose pool measures the datasheet's recall (default: demo)")
+    b.add_argument("--datasheet", help="also splice the datasheet into this Markdown file (e.g. data/README.md)")
+    b.add_argument("--no-datasheet", action="store_true", help="skip indexing and the datasheet")
+    b.set_defaults(func=cmd_data_build)
+    s = dsub.add_parser("stats", help="counts of a dataset folder")
+    s.add_argument("path", help="dataset folder or built dataset name")
+    s.set_defaults(func=cmd_data_stats)
+
+    i = sub.add_parser("index", help="build the indexes of a config's retrievers")
+    i.add_argument("config", help="config file (TOML/YAML) or packaged name (demo)")
+    i.set_defaults(func=cmd_index)
+
+    se = sub.add_parser("search", help="run one arm on a query")
+    se.add_argument("config")
+    se.add_argument("--arm", required=True, help="arm name from the config's pool")
+    se.add_argument("-k", type=int, default=0, help="show at most k passages")
+    se.add_argument("--json", action="store_true", help="print JSON records")
+    se.add_argument("text", help="the query")
+    se.set_defaults(func=cmd_search)
+
+    r = sub.add_parser("run", help="run every stage of a config (the main job)")
+    r.add_argument("config", help="config file or packaged name (demo)")
+    r.add_argument("--force", action="store_true", help="redo stages even if up to date")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except LtrrError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"ltrr: error: {msg}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("ltrr: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Run configuration: TOML or YAML files, validated on load.
+
+A config names the dataset, the retrievers, rerankers and arms of the pool, and the settings of
+the later stages. Every key is checked against the schema below; an unknown key, a wrong type or
+a missing required key raises `ConfigError` naming the key (``[arms][2].k``). Relative paths are
+resolved against the current working directory.
+
+``load_config("demo")`` loads the default config shipped inside the package.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.resources
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ltrr._errors import ConfigError
+
+__all__ = ["Config", "load_config", "packaged_configs", "SCHEMA"]
+
+_ANY = object()
+
+# section -> key -> (allowed types, default). A default of ConfigError means "required".
+SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
+    "run": {
+        "name": ((str,), ConfigError),
+        "seed": ((int,), 13),
+        "workdir": ((str,), None),  # default: runs/<name>
+    },
+    "data": {
+        "dataset": ((str,), ConfigError),  # a built dataset name ("demo") or a folder
+        "build_seed": ((int,), 13),
+        "n_per_type": ((int,), 200),
+        "n_noanswer": ((int,), 200),
+        "max_queries": ((int,), 0),  # 0 = all; else a seeded, type-stratified sample
+    },
+    "generation": {
+        "backend": ((str,), "transformers"),
+        "model": ((str,), ""),
+        "template": ((str,), "short-answer"),
+        "max_new_tokens": ((int,), 32),
+        "temperature": ((float, int), 0.0),
+        "base_url": ((str,), ""),
+        "api_key_env": ((str,), "OPENAI_API_KEY"),
+        "max_concurrency": ((int,), 4),
+        "timeout": ((float, int), 60.0),
+        "max_retries": ((int,), 3),
+        "n_threads": ((int,), 0),
+        "cache": ((str,), ""),  # default: <data_root>/cache/generations.sqlite
+    },
+    "labels": {
+        "metric": ((str,), "f1"),
+        "extra_metrics": ((list,), []),
+        "noise_floor": ((bool,), True),
+        "noise_floor_arm": ((str,), ""),
+        "tolerate_failures": ((bool,), False),
+        "judge": ((dict,), {}),
+    },
+    "features": {
+        "set": ((str,), "paper"),
+        "pca_dim": ((int,), 32),
+    },
+    "train": {
+        "ranker": ((str,), "lambdamart-listwise"),
+        "params": ((dict,), {}),
+        "rankers": ((list,), []),
+    },
+    "eval": {
+        "splits": ((list,), ["balanced", "leave-one-type-out"]),
+        "test_size": ((float,), 0.3),
+        "n_folds": ((int,), 5),
+        "n_bootstrap": ((int,), 1000),
+        "correction": ((str,), "bonferroni"),
+        "metric": ((str,), ""),
+        "k": ((int,), 3),
+    },
+}
+_MAP_SECTIONS = ("retrievers", "rerankers")
+_LIST_SECTIONS = ("arms",)
+
+
+def packaged_configs() -> list[str]:
+    """Names of the configs shipped inside the package (``demo``, ...)."""
+    files = importlib.resources.files("ltrr") / "configs"
+    return sorted(p.name.rsplit(".", 1)[0] for p in files.iterdir() if p.name.endswith(".toml"))
+
+
+def _read(path_or_name: str | Path) -> tuple[dict, str]:
+    p = Path(path_or_name)
+    if not p.exists() and "/" not in str(path_or_name) and p.suffix == "":
+        res = importlib.resources.files("ltrr") / "configs" / f"{path_or_name}.toml"
+        if not res.is_file():
+            raise ConfigError(
+                f"no config file {str(path_or_name)!r} and no packaged config of that name "
+                f"(packaged: {', '.join(packaged_configs())})"
+            )
+        return _parse(res.read_text(encoding="utf-8"), ".toml", f"<packaged {path_or_name}>"), f"packaged:{path_or_name}"
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    return _parse(p.read_text(encoding="utf-8"), p.suffix.lower(), str(p)), str(p.resolve())
+
+
+def _parse(text: str, suffix: str, where: str) -> dict:
+    if suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{where}: invalid TOML ({exc})") from None
+    elif suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: invalid YAML ({str(exc).splitlines()[0]})") from None
+    else:
+        raise ConfigError(f"{where}: config files are .toml, .yaml or .yml, not {suffix or 'no suffix'}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: the top level of a config must be a table/mapping")
+    return data
+
+
+def _check_section(name: str, given: Any, spec: dict) -> dict:
+    if not isinstance(given, dict):
+        raise ConfigError(f"config key [{name}] must be a table, got {type(given).__name__}")
+    unknown = sorted(set(given) - set(spec))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key [{name}].{unknown[0]}; allowed keys: {', '.join(sorted(spec))}"
+        )
+    out = {}
+    for key, (types, default) in spec.items():
+        if key in given:
+            val = given[key]
+            ok = isinstance(val, types) and not (isinstance(val, bool) and bool not in types)
+            if not ok:
+                allowed = " or ".join(t.__name__ for t in types)
+                raise ConfigError(
+                    f"config key [{name}].{key} must be {allowed}, got {type(val).__name__} {val!r}"
+                )
+            out[key] = float(val) if float in types and isinstance(val, int) and not isinstance(val, bool) else val
+        elif default is ConfigError:
+            raise ConfigError(f"config key [{name}].{key} is required")
+        else:
+            out[key] = copy.deepcopy(default)
+    return out
+
+
+@dataclass
+class Config:
+    """A validated run configuration (plain dicts per section; see `SCHEMA`)."""
+
+    run: dict
+    data: dict
+    retrievers: dict
+    rerankers: dict
+    arms: list
+    generation: dict = field(default_factory=dict)
+    labels: dict = field(default_factory=dict)
+    features: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    eval: dict = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.run["name"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.run["seed"])
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self.run["workdir"] or f"runs/{self.run['name']}")
+
+    def to_dict(self) -> dict:
+        return {
+            k: copy.deepcopy(getattr(self, k))
+            for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
+                      "features", "train", "eval")
+        }
+
+    def fingerprint(self, *sections: str) -> str:
+        """A hash of the named sections (all when none): stages use it to detect changes."""
+        import hashlib
+
+        d = self.to_dict()
+        keep = {k: d[k] for k in (sections or d.keys())}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+    def make_pool(self):
+        """Build the retriever pool this config declares (indexes are not built here)."""
+        from ltrr.retrieval import Pool
+
+        try:
+            return Pool.from_config(self.retrievers, self.arms, self.rerankers, seed=self.seed)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.source}: {exc}") from None
+
+
+def validate(data: dict, source: str = "<dict>") -> Config:
+    """Validate a config mapping and return a `Config` with defaults filled in."""
+    known = set(SCHEMA) | set(_MAP_SECTIONS) | set(_LIST_SECTIONS)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown config section [{unknown[0]}]; allowed: {', '.join(sorted(known))}")
+    try:
+        sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
+        for name in _MAP_SECTIONS:
+            val = data.get(name, {})
+            if not isinstance(val, dict) or not all(isinstance(v, dict) for v in val.values()):
+                raise ConfigError(f"config key [{name}] must be a table of tables ([{name}.NAME])")
+            for rname, spec in val.items():
+                if "type" not in spec:
+                    raise ConfigError(f"config key [{name}.{rname}].type is required")
+        arms = data.get("arms", [])
+        if not isinstance(arms, list) or not arms or not all(isinstance(a, dict) for a in arms):
+            raise ConfigError("config key [[arms]] must be a non-empty list of tables")
+        names = []
+        for i, arm in enumerate(arms):
+            if "name" not in arm:
+                raise ConfigError(f"config key [arms][{i}].name is required")
+            if arm["name"] in names:
+                raise ConfigError(f"config key [arms][{i}].name: duplicate arm name {arm['name']!r}")
+            names.append(arm["name"])
+            ret = arm.get("retriever", "none")
+            if ret not in (None, "none") and ret not in data.get("retrievers", {}):
+                raise ConfigError(
+                    f"config key [arms][{i}].retriever: unknown retriever {ret!r}; declared: "
+                    f"{', '.join(data.get('retrievers', {})) or 'none'}"
+                )
+            rr = arm.get("reranker", "none")
+            if rr not in (None, "none") and rr not in data.get("rerankers", {}):
+                raise ConfigError(
+                    f"config key [arms][{i}].reranker: unknown reranker {rr!r}; declared: "
+                    f"{', '.join(data.get('rerankers', {})) or 'none'}"
+                )
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return Config(
+        retrievers=copy.deepcopy(data.get("retrievers", {})),
+        rerankers=copy.deepcopy(data.get("rerankers", {})),
+        arms=copy.deepcopy(arms),
+        source=source,
+        **sections,
+    )
+
+
+def load_config(path_or_name: str | Path) -> Config:
+    """Load and validate a TOML/YAML config file, or a packaged config by name (``demo``)."""
+    data, source = _read(path_or_name)
+    return validate(data, source)

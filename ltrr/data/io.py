@@ -1,0 +1,219 @@
+"""Loaders and writers for queries, corpus and qrels: JSONL, Parquet and BEIR folders.
+
+A dataset on disk is a folder holding ``queries`` and ``corpus`` tables (``.parquet`` or
+``.jsonl``) and optionally ``qrels``; a BEIR folder (``corpus.jsonl``, ``queries.jsonl``,
+``qrels/<split>.tsv``) loads too. Malformed JSONL lines are reported as ``file:line: what``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ltrr._errors import DataError, NotBuiltError
+from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
+
+__all__ = [
+    "Dataset",
+    "read_jsonl",
+    "read_table",
+    "load_queries",
+    "load_corpus",
+    "load_qrels",
+    "load_dataset",
+    "write_table_atomic",
+    "data_root",
+    "resolve_dataset",
+]
+
+
+def data_root() -> Path:
+    """Where built datasets, indexes and caches go: ``$LTRR_DATA_DIR`` or ``./data``."""
+    return Path(os.environ.get("LTRR_DATA_DIR", "data"))
+
+
+def read_jsonl(path: str | Path, *, required: tuple[str, ...] = ()) -> list[dict]:
+    """Read a JSONL file; each line must be a JSON object with the ``required`` keys.
+
+    Raises
+    ------
+    DataError
+        ``file:line: what is wrong`` for the first malformed line.
+    """
+    path = Path(path)
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            missing = [k for k in required if k not in obj]
+            if missing:
+                raise DataError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
+            rows.append(obj)
+    return rows
+
+
+def read_table(path: str | Path, *, required: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Read a ``.jsonl`` or ``.parquet`` table."""
+    path = Path(path)
+    if not path.exists():
+        raise NotBuiltError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise DataError(f"{path}: not a readable Parquet file ({exc})") from None
+        missing = [k for k in required if k not in df.columns]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+        return df
+    if path.suffix in (".jsonl", ".json"):
+        return pd.DataFrame(read_jsonl(path, required=required))
+    raise DataError(f"{path}: unsupported table format {path.suffix!r}; use .jsonl or .parquet")
+
+
+def load_queries(path: str | Path, *, require_answers: bool = False) -> pd.DataFrame:
+    """Load and validate a queries table (``.jsonl``/``.parquet``, or a BEIR ``queries.jsonl``)."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        rows = read_jsonl(path)
+        if rows and "_id" in rows[0]:  # BEIR layout: _id, text, metadata
+            rows = [_beir_query(path, i, r) for i, r in enumerate(rows, 1)]
+        for i, r in enumerate(rows, 1):
+            for key in ("qid", "question"):
+                if key not in r:
+                    raise DataError(f"{path}:{i}: missing field {key}")
+        df = pd.DataFrame(rows)
+    else:
+        df = read_table(path, required=("qid", "question"))
+    try:
+        return validate_queries(df, require_answers=require_answers)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def _beir_query(path: Path, lineno: int, r: dict) -> dict:
+    if "text" not in r:
+        raise DataError(f"{path}:{lineno}: missing field text")
+    meta = r.get("metadata") or {}
+    out = {"qid": str(r["_id"]), "question": r["text"]}
+    if isinstance(meta, dict) and "answers" in meta:
+        out["answers"] = meta["answers"]
+    return out
+
+
+def load_corpus(path: str | Path) -> pd.DataFrame:
+    """Load and validate a corpus table (``.jsonl``/``.parquet``; BEIR ``_id`` accepted)."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        rows = read_jsonl(path)
+        if rows and "_id" in rows[0]:
+            rows = [{"docid": str(r.get("_id")), "title": r.get("title", ""), "text": r.get("text")} for r in rows]
+        for i, r in enumerate(rows, 1):
+            for key in ("docid", "text"):
+                if key not in r:
+                    raise DataError(f"{path}:{i}: missing field {key}")
+        df = pd.DataFrame(rows)
+    else:
+        df = read_table(path, required=("docid", "text"))
+    try:
+        return validate_corpus(df)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+def load_qrels(path: str | Path) -> pd.DataFrame:
+    """Load qrels from ``.parquet``/``.jsonl`` or a BEIR/TREC-style ``.tsv``."""
+    path = Path(path)
+    if path.suffix == ".tsv":
+        try:
+            df = pd.read_csv(path, sep="\t", dtype=str)
+        except Exception as exc:
+            raise DataError(f"{path}: unreadable TSV ({exc})") from None
+        df = df.rename(columns={"query-id": "qid", "corpus-id": "docid", "score": "relevance"})
+    else:
+        df = read_table(path, required=("qid", "docid", "relevance"))
+    try:
+        return validate_qrels(df)
+    except (DataError, ValueError) as exc:
+        raise DataError(f"{path}: {exc}") from None
+
+
+@dataclass
+class Dataset:
+    """Queries, corpus and optional qrels of one dataset."""
+
+    name: str
+    queries: pd.DataFrame
+    corpus: pd.DataFrame
+    qrels: pd.DataFrame | None = None
+    path: Path | None = None
+
+
+def _first(folder: Path, stems: tuple[str, ...]) -> Path | None:
+    for stem in stems:
+        for ext in (".parquet", ".jsonl"):
+            p = folder / f"{stem}{ext}"
+            if p.exists():
+                return p
+    return None
+
+
+def resolve_dataset(name_or_path: str | Path) -> Path:
+    """A dataset name (``demo``) resolves to ``<data_root>/built/<name>``; a path is kept."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    if "/" not in str(name_or_path) and p.suffix == "":
+        built = data_root() / "built" / str(name_or_path)
+        if built.exists():
+            return built
+        raise NotBuiltError(
+            f"dataset {str(name_or_path)!r} is not built (looked in {built}); run `ltrr data build {name_or_path}`"
+        )
+    raise NotBuiltError(f"dataset folder {p} does not exist")
+
+
+def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> Dataset:
+    """Load a dataset folder (ours or BEIR) or a built dataset by name."""
+    folder = resolve_dataset(name_or_path)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: a dataset is a folder with queries and corpus tables")
+    q = _first(folder, ("queries",))
+    c = _first(folder, ("corpus",))
+    if q is None or c is None:
+        raise DataError(f"{folder}: needs queries.(parquet|jsonl) and corpus.(parquet|jsonl)")
+    qrels = None
+    qr = _first(folder, ("qrels",))
+    if qr is None and (folder / "qrels").is_dir():
+        tsvs = sorted((folder / "qrels").glob("*.tsv"))
+        qr = next((t for t in tsvs if t.stem == "test"), tsvs[0] if tsvs else None)
+    if qr is not None:
+        qrels = load_qrels(qr)
+    return Dataset(
+        name=folder.name,
+        queries=load_queries(q, require_answers=require_answers),
+        corpus=load_corpus(c),
+        qrels=qrels,
+        path=folder,
+    )
+
+
+def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a Parquet table atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path

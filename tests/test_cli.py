@@ -1,0 +1,175 @@
+"""End-to-end CLI runs on a tiny dataset, and the one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ltrr.cli import main
+
+DOCS = [
+    ("canberra", "Canberra", "Canberra is the capital city of Australia."),
+    ("paris", "Paris", "Paris is the capital and largest city of France."),
+    ("everest", "Mount Everest", "Mount Everest is Earth's highest mountain above sea level."),
+    ("nile", "Nile", "The Nile is a major north-flowing river in northeastern Africa."),
+    ("mona", "Mona Lisa", "The Mona Lisa is a portrait painting by Leonardo da Vinci."),
+]
+QUERIES = [
+    ("q1", "capital of australia", ["Canberra"]),
+    ("q2", "who painted the mona lisa", ["Leonardo da Vinci"]),
+    ("q3", "highest mountain", ["Mount Everest"]),
+]
+
+
+def _tiny(tmp_path, with_dense=False):
+    ds = tmp_path / "tiny"
+    ds.mkdir()
+    with (ds / "corpus.jsonl").open("w") as fh:
+        for d, t, x in DOCS:
+            fh.write(json.dumps({"docid": d, "title": t, "text": x}) + "\n")
+    with (ds / "queries.jsonl").open("w") as fh:
+        for q, text, a in QUERIES:
+            fh.write(json.dumps({"qid": q, "question": text, "answers": a, "qtype": "t"}) + "\n")
+    with (ds / "qrels.jsonl").open("w") as fh:
+        for (q, _, _), d in zip(QUERIES, ["canberra", "mona", "everest"], strict=True):
+            fh.write(json.dumps({"qid": q, "docid": d, "relevance": 1}) + "\n")
+    dense = """
+[retrievers.dense]
+type = "dense"
+encoder = "minilm"
+[[arms]]
+name = "dense"
+retriever = "dense"
+k = 2
+""" if with_dense else ""
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(f"""
+[run]
+name = "tiny"
+workdir = "{tmp_path / 'run'}"
+[data]
+dataset = "{ds}"
+[retrievers.bm25]
+type = "bm25"
+[[arms]]
+name = "bm25"
+retriever = "bm25"
+k = 2
+[[arms]]
+name = "none"
+retriever = "none"
+{dense}""")
+    return cfg, ds
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LTRR_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+def _err(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("ltrr: error: ")
+    return err[0]
+
+
+def test_help_is_fast_and_lazy():
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, ltrr.cli; ltrr.cli.build_parser(); "
+         "print(sorted(m for m in ('torch','transformers','pyserini','faiss','sentence_transformers','pandas','ragas') if m in sys.modules))"],
+        capture_output=True, text=True, check=True,
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_index_search_run_on_tiny_dataset(env, capsys):
+    cfg, _ = _tiny(env)
+    assert main(["index", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["search", str(cfg), "--arm", "bm25", "capital of australia"]) == 0
+    out = capsys.readouterr().out
+    assert "canberra" in out.splitlines()[0]
+    assert main(["search", str(cfg), "--arm", "none", "capital of australia"]) == 0
+    assert "retrieves nothing" in capsys.readouterr().out
+    assert main(["run", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "Recall@k" in out and (env / "run" / "retrieval" / "results.parquet").exists()
+    assert main(["run", str(cfg)]) == 0
+    assert "[retrieve] skipped: inputs unchanged" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_dense_arm_through_cli(env, capsys):
+    cfg, _ = _tiny(env, with_dense=True)
+    assert main(["search", str(cfg), "--arm", "dense", "--json", "which river flows north in africa"]) != 0
+    assert "ltrr index" in _err(capsys)  # index not built yet: a clear line, nothing written
+    assert main(["index", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["search", str(cfg), "--arm", "dense", "--json", "which river flows north in africa"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["docid"] == "nile" and rows[0]["rank"] == 1
+
+
+def test_unknown_arm(env, capsys):
+    cfg, _ = _tiny(env)
+    assert main(["index", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["search", str(cfg), "--arm", "bm99", "x"]) == 2
+    assert "unknown arm 'bm99'" in _err(capsys)
+
+
+def test_missing_index(env, capsys):
+    cfg, _ = _tiny(env)
+    assert main(["search", str(cfg), "--arm", "bm25", "capital"]) == 2
+    assert "ltrr index" in _err(capsys)
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_empty_query(env, capsys, text):
+    cfg, _ = _tiny(env)
+    main(["index", str(cfg)])
+    capsys.readouterr()
+    assert main(["search", str(cfg), "--arm", "bm25", text]) == 2
+    assert "empty" in _err(capsys)
+
+
+def test_bad_config_key(env, capsys):
+    cfg, _ = _tiny(env)
+    cfg.write_text(cfg.read_text().replace("[run]", "[run]\nseeed = 3"))
+    assert main(["index", str(cfg)]) == 2
+    assert "unknown config key [run].seeed" in _err(capsys)
+    assert not (env / "data" / "indexes").exists()
+
+
+def test_malformed_jsonl_and_duplicates_via_cli(env, capsys):
+    cfg, ds = _tiny(env)
+    lines = (ds / "queries.jsonl").read_text().splitlines()
+    (ds / "queries.jsonl").write_text("\n".join(lines[:1] + ['{"qid": "q9", "question": "x"'] + lines[1:]) + "\n")
+    assert main(["data", "stats", str(ds)]) == 2
+    assert "queries.jsonl:2: invalid JSON" in _err(capsys)
+    (ds / "queries.jsonl").write_text("\n".join(lines + lines[:1]) + "\n")
+    assert main(["run", str(cfg)]) == 2
+    assert "duplicate qid 'q1'" in _err(capsys)
+    assert not (env / "run" / "retrieval" / "results.parquet").exists()
+    assert not (env / "data" / "indexes").exists()
+    (ds / "queries.jsonl").write_text('{"qid": "q1"}\n')
+    assert main(["data", "stats", str(ds)]) == 2
+    assert "queries.jsonl:1: missing field question" in _err(capsys)
+
+
+def test_unknown_dataset_builder(env, capsys):
+    assert main(["data", "build", "nosuch"]) == 2
+    assert "unknown dataset builder 'nosuch'" in _err(capsys)
+
+
+def test_console_script_exit_code(env):
+    cfg, _ = _tiny(env)
+    proc = subprocess.run([sys.executable, "-m", "ltrr.cli", "search", str(cfg), "--arm", "bm25", "x"],
+                          capture_output=True, text=True, env={**__import__("os").environ})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("ltrr: error:") and "Traceback" not in proc.stderr

@@ -1,0 +1,117 @@
+"""Schema, loaders and the demo generator."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from ltrr._errors import DataError, NotBuiltError
+from ltrr.data.io import load_corpus, load_dataset, load_qrels, load_queries, read_jsonl
+from ltrr.data.schema import validate_queries
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_malformed_jsonl_line_reports_file_and_line(tmp_path):
+    p = _write(tmp_path / "q.jsonl", ['{"qid": "1", "question": "a?"}', '{"qid": "2", "question": '])
+    with pytest.raises(DataError, match=r"q\.jsonl:2: invalid JSON"):
+        read_jsonl(p)
+
+
+def test_non_object_line(tmp_path):
+    p = _write(tmp_path / "q.jsonl", ['["a", "b"]'])
+    with pytest.raises(DataError, match=r"q\.jsonl:1: expected a JSON object"):
+        load_queries(p)
+
+
+def test_missing_field_named_with_line(tmp_path):
+    p = _write(tmp_path / "q.jsonl", ['{"qid": "1", "question": "a?"}', '{"qid": "2"}'])
+    with pytest.raises(DataError, match=r"q\.jsonl:2: missing field question"):
+        load_queries(p)
+
+
+@pytest.mark.parametrize("q", ["", "   ", "\t\n"])
+def test_empty_or_whitespace_question(tmp_path, q):
+    p = _write(tmp_path / "q.jsonl", [json.dumps({"qid": "7", "question": q, "answers": ["x"]})])
+    with pytest.raises(DataError, match=r"question of qid '7' is empty"):
+        load_queries(p)
+
+
+def test_duplicate_qids(tmp_path):
+    rows = [{"qid": "1", "question": "a?"}, {"qid": "1", "question": "b?"}]
+    p = _write(tmp_path / "q.jsonl", [json.dumps(r) for r in rows])
+    with pytest.raises(DataError, match=r"duplicate qid '1'"):
+        load_queries(p)
+
+
+def test_duplicate_docids(tmp_path):
+    rows = [{"docid": "d", "text": "x"}, {"docid": "d", "text": "y"}]
+    p = _write(tmp_path / "c.jsonl", [json.dumps(r) for r in rows])
+    with pytest.raises(DataError, match=r"duplicate docid 'd'"):
+        load_corpus(p)
+
+
+def test_answers_must_be_strings_and_non_empty_when_required():
+    df = pd.DataFrame({"qid": ["1"], "question": ["a?"], "answers": [[1, 2]]})
+    with pytest.raises(DataError, match=r"answers of qid '1' must be strings, got int"):
+        validate_queries(df)
+    df = pd.DataFrame({"qid": ["1"], "question": ["a?"], "answers": [[]]})
+    with pytest.raises(DataError, match=r"qid '1' has an empty answer list"):
+        validate_queries(df, require_answers=True)
+
+
+def test_defaults_filled():
+    df = validate_queries(pd.DataFrame({"qid": [1, 2], "question": ["a?", "b?"], "answers": ["x", ["y", "z"]]}))
+    assert df["qid"].tolist() == ["1", "2"]
+    assert df["group"].tolist() == ["1", "2"]
+    assert df["qtype"].tolist() == ["unknown", "unknown"]
+    assert df["answers"].tolist() == [["x"], ["y", "z"]]
+
+
+def test_parquet_and_jsonl_roundtrip(tmp_path):
+    q = pd.DataFrame({"qid": ["a", "b"], "question": ["x?", "y?"], "answers": [["1"], ["2", "two"]],
+                      "qtype": ["t", "t"], "group": ["g", "g"]})
+    q.to_parquet(tmp_path / "queries.parquet")
+    c = pd.DataFrame({"docid": ["d1"], "title": ["T"], "text": ["body"]})
+    with (tmp_path / "corpus.jsonl").open("w") as fh:
+        for r in c.to_dict("records"):
+            fh.write(json.dumps(r) + "\n")
+    ds = load_dataset(tmp_path)
+    assert ds.queries["answers"].map(list).tolist() == [["1"], ["2", "two"]]
+    assert ds.corpus["docid"].tolist() == ["d1"]
+    assert ds.qrels is None
+
+
+def test_beir_folder(tmp_path):
+    (tmp_path / "qrels").mkdir()
+    _write(tmp_path / "corpus.jsonl", [json.dumps({"_id": "d1", "title": "T", "text": "t1"}),
+                                       json.dumps({"_id": "d2", "title": "U", "text": "t2"})])
+    _write(tmp_path / "queries.jsonl", [json.dumps({"_id": "q1", "text": "what?", "metadata": {"answers": ["a"]}})])
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\n")
+    ds = load_dataset(tmp_path)
+    assert ds.queries.loc[0, "question"] == "what?"
+    assert list(ds.queries.loc[0, "answers"]) == ["a"]
+    assert ds.qrels.to_dict("records") == [{"qid": "q1", "docid": "d2", "relevance": 1}]
+
+
+def test_bad_qrels(tmp_path):
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\thigh\n")
+    with pytest.raises(DataError, match=r"qrels\.tsv"):
+        load_qrels(tmp_path / "qrels.tsv")
+
+
+def test_missing_dataset_is_not_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("LTRR_DATA_DIR", str(tmp_path))
+    with pytest.raises(NotBuiltError, match=r"run `ltrr data build nosuch`"):
+        load_dataset("nosuch")
+
+
+def test_unsupported_format(tmp_path):
+    (tmp_path / "q.csv").write_text("qid,question\n1,a\n")
+    with pytest.raises(DataError, match=r"unsupported table format '.csv'"):
+        load_queries(tmp_path / "q.csv")
