@@ -1,0 +1,342 @@
+"""PNG plots of a router evaluation (matplotlib, headless).
+
+Every function draws on a ``matplotlib.figure.Figure`` rendered by the Agg canvas, without
+pyplot: nothing touches the global backend of a notebook or GUI session, and no display is
+needed. matplotlib is imported inside the functions only. Files are written atomically and each
+function returns the path it wrote.
+
+- `plot_utility`: mean utility with 95% CIs per router and split, beside the best single arm and
+  the oracle.
+- `plot_headroom`: share of the oracle headroom captured, with the noise floor as a band.
+- `plot_per_type`: heatmap router x query type of mean utility (or headroom captured).
+- `plot_feature_importance`: the top features of a GBDT ranker.
+- `plot_cost_utility`: mean cost against mean utility for every router and single arm, with the
+  cost-utility frontier of the single arms.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import DataError
+
+__all__ = [
+    "plot_utility",
+    "plot_headroom",
+    "plot_per_type",
+    "plot_feature_importance",
+    "plot_cost_utility",
+]
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png", dpi=120)
+    os.replace(tmp, path)
+    return path
+
+
+def _splits(table: pd.DataFrame, splits: Sequence[str] | None) -> list[str]:
+    from ltrr.eval.report import table_splits
+
+    names = list(splits) if splits is not None else table_splits(table)
+    unknown = [s for s in names if s not in set(table["split"])]
+    if unknown:
+        raise DataError(
+            f"no results for split(s) {', '.join(unknown)}; have {', '.join(dict.fromkeys(table['split']))}"
+        )
+    return names
+
+
+def _err(est: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    lo = np.where(np.isnan(low), 0.0, np.clip(est - low, 0, None))
+    hi = np.where(np.isnan(high), 0.0, np.clip(high - est, 0, None))
+    return np.vstack([lo, hi])
+
+
+def plot_utility(
+    table: pd.DataFrame,
+    path: str | Path,
+    *,
+    splits: Sequence[str] | None = None,
+    title: str = "Downstream utility of each router",
+) -> Path:
+    """Grouped bars: mean utility with 95% CIs per router (groups) and split (colours).
+
+    The first two groups are the references: the best single arm chosen on train and the
+    oracle (the best arm of every query).
+    """
+    names = _splits(table, splits)
+    routers = list(dict.fromkeys(table["router"]))
+    groups = ["best single arm (train)", "oracle (best arm per query)"] + routers
+    fig = _figure(max(6.0, 1.1 * len(groups) * max(1, len(names)) ** 0.5 + 2), 4.5)
+    ax = fig.add_subplot()
+    width = 0.8 / len(names)
+    x = np.arange(len(groups))
+    for j, s in enumerate(names):
+        sub = table[table["split"] == s].set_index("router")
+        first = sub.iloc[0]
+        est = [first["best_single_utility"], first["oracle_utility"]]
+        lo = [first["best_single_ci_low"], first["oracle_ci_low"]]
+        hi = [first["best_single_ci_high"], first["oracle_ci_high"]]
+        for r in routers:
+            row = sub.loc[r] if r in sub.index else None
+            est.append(np.nan if row is None else row["mean_utility"])
+            lo.append(np.nan if row is None else row["ci_low"])
+            hi.append(np.nan if row is None else row["ci_high"])
+        est_a, lo_a, hi_a = (np.asarray(v, dtype=float) for v in (est, lo, hi))
+        ax.bar(
+            x + (j - (len(names) - 1) / 2) * width,
+            np.nan_to_num(est_a),
+            width,
+            yerr=_err(est_a, lo_a, hi_a),
+            capsize=3,
+            label=s,
+        )
+    ax.axvline(1.5, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xticks(x, groups, rotation=30, ha="right")
+    ax.set_ylabel("mean utility on test queries\n(error bars: 95% bootstrap CI)")
+    ax.set_xlabel("router (left of the dotted line: reference points)")
+    ax.set_title(title)
+    ax.legend(title="split", fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def plot_headroom(
+    table: pd.DataFrame,
+    path: str | Path,
+    *,
+    splits: Sequence[str] | None = None,
+    noise_floor: float | None = None,
+    title: str = "Share of the oracle headroom each router captures",
+) -> Path:
+    """Bars of headroom captured with 95% CIs; the noise floor drawn as a shaded band.
+
+    ``noise_floor`` defaults to the table's ``noise_floor`` column (the first non-NaN value).
+    """
+    names = _splits(table, splits)
+    routers = list(dict.fromkeys(table["router"]))
+    if noise_floor is None:
+        nf = table["noise_floor"].dropna()
+        noise_floor = float(nf.iloc[0]) if len(nf) else float("nan")
+    fig = _figure(max(6.0, 1.0 * len(routers) * max(1, len(names)) ** 0.5 + 2), 4.5)
+    ax = fig.add_subplot()
+    width = 0.8 / len(names)
+    x = np.arange(len(routers))
+    for j, s in enumerate(names):
+        sub = table[table["split"] == s].set_index("router").reindex(routers)
+        est = 100 * sub["headroom_captured"].to_numpy(dtype=float)
+        lo = 100 * sub["headroom_ci_low"].to_numpy(dtype=float)
+        hi = 100 * sub["headroom_ci_high"].to_numpy(dtype=float)
+        ax.bar(
+            x + (j - (len(names) - 1) / 2) * width,
+            np.nan_to_num(est),
+            width,
+            yerr=_err(est, lo, hi),
+            capsize=3,
+            label=s,
+        )
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.axhline(100, color="black", linewidth=0.8, linestyle="--", label="oracle (100%)")
+    if noise_floor is not None and not math.isnan(noise_floor):
+        nf = 100 * float(noise_floor)
+        ax.axhspan(
+            -nf,
+            nf,
+            color="red",
+            alpha=0.12,
+            label=f"noise floor (±{nf:.0f}%): generator noise alone",
+        )
+        ax.axhline(nf, color="red", linewidth=1.0)
+    ax.set_xticks(x, routers, rotation=30, ha="right")
+    ax.set_ylabel("headroom captured (%)\n(router - best single) / (oracle - best single)")
+    ax.set_xlabel("router (0% = always the best single arm)")
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def plot_per_type(
+    by_type: pd.DataFrame,
+    path: str | Path,
+    *,
+    value: str = "mean_utility",
+    split: str | None = None,
+    title: str | None = None,
+) -> Path:
+    """Heatmap of ``value`` (mean utility, headroom captured, P@1) per router and query type.
+
+    ``by_type`` is `Evaluation.by_type`; ``split`` picks one split (default: the first).
+    """
+    if by_type.empty:
+        raise DataError("no per-type results: pass queries (with qtype) to evaluate_splits")
+    if value not in by_type.columns:
+        raise DataError(f"per-type results have no column {value!r}")
+    split = split if split is not None else str(by_type["split"].iloc[0])
+    sub = by_type[by_type["split"] == split]
+    if sub.empty:
+        raise DataError(f"no per-type results for split {split!r}")
+    grid = sub.pivot_table(
+        index="router", columns="qtype", values=value, aggfunc="first", sort=False
+    )
+    n_q = sub.groupby("qtype", sort=False)["n"].first()
+    data = grid.to_numpy(dtype=float)
+    fig = _figure(max(5.0, 1.1 * grid.shape[1] + 3), max(3.0, 0.5 * grid.shape[0] + 2))
+    ax = fig.add_subplot()
+    masked = np.ma.masked_invalid(data)
+    im = ax.imshow(masked, cmap="viridis", aspect="auto")
+    label = value.replace("_", " ")
+    fig.colorbar(im, ax=ax, label=label)
+    finite = data[np.isfinite(data)]
+    mid = (finite.min() + finite.max()) / 2 if len(finite) else 0.0
+    for i in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = data[i, j]
+            txt = "n/a" if not np.isfinite(v) else f"{v:.2f}"
+            ax.text(
+                j,
+                i,
+                txt,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if np.isfinite(v) and v > mid else "white",
+            )
+    ax.set_xticks(
+        np.arange(grid.shape[1]), [f"{c}\n(n={int(n_q.get(c, 0))})" for c in grid.columns]
+    )
+    ax.set_yticks(np.arange(grid.shape[0]), list(grid.index))
+    ax.set_xlabel("query type (test queries)")
+    ax.set_ylabel("router")
+    ax.set_title(title or f"{label.capitalize()} per query type (split {split})")
+    return _save(fig, path)
+
+
+def plot_feature_importance(
+    importances: Mapping[str, float],
+    path: str | Path,
+    *,
+    top: int = 20,
+    title: str = "Feature importance of the GBDT ranker",
+    xlabel: str = "importance (total gain)",
+) -> Path:
+    """Horizontal bars of the ``top`` most important features (largest at the top)."""
+    if not importances:
+        raise DataError("no feature importances to plot")
+    items = sorted(
+        ((str(k), float(v)) for k, v in importances.items()), key=lambda kv: kv[1], reverse=True
+    )
+    items = items[: int(top)]
+    fig = _figure(7.0, max(2.5, 0.3 * len(items) + 1.5))
+    ax = fig.add_subplot()
+    y = np.arange(len(items))
+    ax.barh(y, [v for _, v in items], color="tab:blue")
+    ax.set_yticks(y, [k for k, _ in items])
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("feature")
+    shown = (
+        f"top {len(items)} of {len(importances)}"
+        if len(importances) > len(items)
+        else f"all {len(items)}"
+    )
+    ax.set_title(f"{title} ({shown} features)")
+    return _save(fig, path)
+
+
+def plot_cost_utility(
+    table: pd.DataFrame,
+    arms: pd.DataFrame,
+    path: str | Path,
+    *,
+    split: str | None = None,
+    title: str = "Cost against downstream utility",
+    cost_label: str = "mean cost per query",
+) -> Path:
+    """Mean cost (x) against mean utility (y) per router and per single arm on one split.
+
+    Single arms are grey points joined by their cost-utility frontier (the arms no cheaper arm
+    beats); the best single arm is ringed; routers are coloured markers. ``arms`` is
+    `Evaluation.arms`. ``split`` defaults to the first split shown in the tables.
+    """
+    names = _splits(table, [split] if split is not None else None)
+    split = names[0]
+    sub = table[table["split"] == split]
+    a = arms[arms["split"] == split]
+    if a.empty:
+        raise DataError(f"no single-arm results for split {split!r}")
+    if sub["mean_cost"].isna().all() and a["cost"].isna().all():
+        raise DataError("no arm costs: pass costs to evaluate_splits to plot cost against utility")
+    fig = _figure(9.0, 5.0)
+    ax = fig.add_subplot()
+    ax.scatter(a["cost"], a["mean_utility"], color="grey", s=40, zorder=2, label="single arm")
+    for _, r in a.iterrows():
+        ax.annotate(
+            str(r["arm"]),
+            (r["cost"], r["mean_utility"]),
+            textcoords="offset points",
+            xytext=(4, -10),
+            fontsize=7,
+            color="dimgrey",
+        )
+    front = a.sort_values(["cost", "mean_utility"], ascending=[True, False])
+    keep, best = [], -np.inf
+    for _, r in front.iterrows():
+        if r["mean_utility"] > best:
+            keep.append(r)
+            best = r["mean_utility"]
+    if len(keep) > 1:
+        f = pd.DataFrame(keep)
+        ax.plot(
+            f["cost"],
+            f["mean_utility"],
+            color="grey",
+            linestyle="--",
+            linewidth=1,
+            zorder=1,
+            label="single-arm frontier",
+        )
+    bs = a[a["best_single"].astype(bool)]
+    if not bs.empty:
+        ax.scatter(
+            bs["cost"],
+            bs["mean_utility"],
+            s=160,
+            facecolors="none",
+            edgecolors="black",
+            zorder=3,
+            label="best single arm (train)",
+        )
+    markers = "o^sDvP*Xh<>"
+    for i, (_, r) in enumerate(sub.iterrows()):
+        ax.scatter(
+            [r["mean_cost"]],
+            [r["mean_utility"]],
+            marker=markers[i % len(markers)],
+            s=70,
+            zorder=4,
+            label=f"router: {r['router']}",
+        )
+    ax.set_xlabel(cost_label)
+    ax.set_ylabel("mean utility on test queries")
+    ax.set_title(f"{title} (split {split})")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3)
+    return _save(fig, path)

@@ -1,0 +1,378 @@
+"""Result tables in the shape of the paper's Table 1, written as Markdown, CSV and JSON.
+
+Rows are routers (plus two reference rows, the best single arm chosen on train and the oracle),
+columns are splits. The main table shows mean downstream utility with its 95% bootstrap CI,
+marked ▲ / ▼ where the router is significantly better / worse than the best single arm (paired
+Wilcoxon, corrected across the routers of the split). Companion tables: headroom captured
+(with the noise floor as the last row), corrected p-values, improved/degraded query counts,
+ranking quality (Kendall tau, P@1, nDCG@k), retrieval necessity and cost, and a per-type
+breakdown. The folds of a k-fold family appear only through their pooled column.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import DataError
+from ltrr._tables import markdown_table
+from ltrr.eval.routing import RESULT_COLUMNS, Evaluation
+
+__all__ = [
+    "format_ci",
+    "table_splits",
+    "utility_table",
+    "headroom_table",
+    "pvalue_table",
+    "counts_table",
+    "ranking_table",
+    "per_type_table",
+    "report_markdown",
+    "write_report",
+    "BETTER",
+    "WORSE",
+]
+
+BETTER = "▲"
+WORSE = "▼"
+BEST_SINGLE_ROW = "best single arm (train)"
+ORACLE_ROW = "oracle"
+
+
+def format_ci(
+    estimate: float, low: float, high: float, digits: int = 3, percent: bool = False
+) -> str:
+    """``0.412 [0.390, 0.430]``; percentages as ``41% [39%, 43%]``; ``n/a`` for NaN.
+
+    Examples
+    --------
+    >>> format_ci(0.4123, 0.39, 0.43)
+    '0.412 [0.390, 0.430]'
+    >>> format_ci(0.5, 0.25, 0.75, percent=True)
+    '50% [25%, 75%]'
+    """
+
+    def f(x: float) -> str:
+        if x is None or (isinstance(x, float) and math.isnan(x)):
+            return "n/a"
+        return f"{100 * x:.0f}%" if percent else f"{x:.{digits}f}"
+
+    if estimate is None or (isinstance(estimate, float) and math.isnan(estimate)):
+        return "n/a"
+    if low is None or (isinstance(low, float) and math.isnan(low)):
+        return f(estimate)
+    return f"{f(estimate)} [{f(low)}, {f(high)}]"
+
+
+def _check(table: pd.DataFrame) -> None:
+    if not isinstance(table, pd.DataFrame):
+        raise DataError(f"expected the results table (a DataFrame), got {type(table).__name__}")
+    missing = [c for c in ("split", "family", "pooled", "router") if c not in table.columns]
+    if missing:
+        raise DataError(
+            f"results table is missing column(s) {', '.join(missing)}; "
+            "pass Evaluation.table from ltrr.eval.evaluate_splits"
+        )
+    if table.empty:
+        raise DataError("results table is empty: nothing to report")
+
+
+def table_splits(table: pd.DataFrame) -> list[str]:
+    """The splits shown as columns, in order: every split except the folds of a pooled family."""
+    _check(table)
+    pooled_fams = set(table.loc[table["pooled"].astype(bool), "family"])
+    keep = table[table["pooled"].astype(bool) | ~table["family"].isin(pooled_fams)]
+    return list(dict.fromkeys(keep["split"]))
+
+
+def _grid(table: pd.DataFrame, cell, splits: Sequence[str] | None) -> pd.DataFrame:
+    splits = list(splits) if splits is not None else table_splits(table)
+    routers = list(dict.fromkeys(table["router"]))
+    out = pd.DataFrame("", index=pd.Index(routers, name="router"), columns=splits, dtype=object)
+    for _, r in table[table["split"].isin(splits)].iterrows():
+        out.loc[r["router"], r["split"]] = cell(r)
+    return out
+
+
+def _mark(r) -> str:
+    if not bool(r["significant"]):
+        return ""
+    return f" {BETTER}" if r["mean_utility"] > r["best_single_utility"] else f" {WORSE}"
+
+
+def utility_table(
+    table: pd.DataFrame, splits: Sequence[str] | None = None, digits: int = 3
+) -> pd.DataFrame:
+    """Table 1: mean utility [95% CI] per router and split, with reference rows.
+
+    Cells of routers significantly better / worse than the best single arm carry ▲ / ▼.
+    """
+    _check(table)
+    out = _grid(
+        table,
+        lambda r: format_ci(r["mean_utility"], r["ci_low"], r["ci_high"], digits) + _mark(r),
+        splits,
+    )
+    first = table.drop_duplicates("split").set_index("split")
+    best = {
+        s: f"{format_ci(first.loc[s, 'best_single_utility'], first.loc[s, 'best_single_ci_low'], first.loc[s, 'best_single_ci_high'], digits)} ({first.loc[s, 'best_single_arm']})"
+        for s in out.columns
+    }
+    orac = {
+        s: format_ci(
+            first.loc[s, "oracle_utility"],
+            first.loc[s, "oracle_ci_low"],
+            first.loc[s, "oracle_ci_high"],
+            digits,
+        )
+        for s in out.columns
+    }
+    out.loc[BEST_SINGLE_ROW] = pd.Series(best)
+    out.loc[ORACLE_ROW] = pd.Series(orac)
+    return out
+
+
+def headroom_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:
+    """Share of the oracle headroom captured [95% CI] per router and split; last row the noise floor."""
+    _check(table)
+    out = _grid(
+        table,
+        lambda r: format_ci(
+            r["headroom_captured"], r["headroom_ci_low"], r["headroom_ci_high"], percent=True
+        ),
+        splits,
+    )
+    first = table.drop_duplicates("split").set_index("split")
+    out.loc["oracle headroom (utility)"] = pd.Series(
+        {s: f"{first.loc[s, 'headroom']:.3f}" for s in out.columns}
+    )
+    out.loc["noise floor"] = pd.Series(
+        {
+            s: format_ci(first.loc[s, "noise_floor"], float("nan"), float("nan"), percent=True)
+            for s in out.columns
+        }
+    )
+    return out
+
+
+def pvalue_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:
+    """Corrected p-values of the Wilcoxon test against the best single arm (raw in parentheses)."""
+    _check(table)
+
+    def cell(r) -> str:
+        mark = _mark(r).strip()
+        return f"{r['p_adjusted']:.3g} (raw {r['p_value']:.3g})" + (f" {mark}" if mark else "")
+
+    return _grid(table, cell, splits)
+
+
+def counts_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:
+    """Test queries improved / degraded / equal versus the best single arm (``+a / -b / =c``)."""
+    _check(table)
+    return _grid(
+        table,
+        lambda r: f"+{int(r['improved'])} / -{int(r['degraded'])} / ={int(r['equal'])}",
+        splits,
+    )
+
+
+def ranking_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:
+    """Long table of ranking quality, retrieval necessity and cost per (split, router)."""
+    _check(table)
+    splits = list(splits) if splits is not None else table_splits(table)
+    cols = [
+        "split",
+        "router",
+        "kendall_tau",
+        "p_at_1",
+        "ndcg_at_k",
+        "necessity_accuracy",
+        "retrieval_rate",
+        "mean_cost",
+        "n_test",
+        "n_informative",
+    ]
+    sub = table[table["split"].isin(splits)][cols]
+    k = int(table["k"].iloc[0]) if "k" in table.columns else 0
+    return sub.rename(columns={"ndcg_at_k": f"ndcg@{k}", "p_at_1": "P@1"}).set_index(
+        ["split", "router"]
+    )
+
+
+def per_type_table(
+    by_type: pd.DataFrame, value: str = "mean_utility", split: str | None = None
+) -> pd.DataFrame:
+    """Per-type breakdown: rows router (and split), columns qtype, cells ``value``.
+
+    ``value`` is a column of `Evaluation.by_type` (``mean_utility``, ``headroom_captured``,
+    ``p_at_1``, ...). With ``split`` only that split's rows.
+    """
+    if value not in by_type.columns:
+        raise DataError(
+            f"per-type table has no column {value!r}; choose one of: "
+            f"{', '.join(c for c in by_type.columns if c not in ('split', 'router', 'qtype'))}"
+        )
+    df = by_type if split is None else by_type[by_type["split"] == split]
+    if df.empty:
+        return pd.DataFrame()
+    index = ["router"] if split is not None else ["split", "router"]
+    out = df.pivot_table(
+        index=index, columns="qtype", values=value, aggfunc="first", sort=False, dropna=False
+    )
+    out.columns.name = None
+    return out
+
+
+def _md(df: pd.DataFrame) -> str:
+    if isinstance(df.index, pd.MultiIndex):
+        df = df.reset_index(level=list(range(1, df.index.nlevels)))
+    df = df.astype(object).map(lambda v: "n/a" if isinstance(v, float) and math.isnan(v) else v)
+    return markdown_table(df)
+
+
+def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
+    """The whole report as Markdown: Table 1, headroom, p-values, counts, ranking, per type."""
+    table = ev.table
+    _check(table)
+    meta = ev.meta
+    corr = meta.get("correction", table["correction"].iloc[0])
+    alpha = meta.get("alpha", 0.05)
+    conf = meta.get("confidence", 0.95)
+    splits = table_splits(table)
+    n_test = table.drop_duplicates("split").set_index("split")["n_test"]
+    parts = [
+        f"# {title}",
+        "",
+        f"Splits (test queries): {', '.join(f'{s} ({int(n_test[s])})' for s in splits)}. "
+        f"Arms: {', '.join(meta.get('arms', []))}; no-retrieval arm: {meta.get('no_retrieval', '?')}.",
+        "",
+        f"## Downstream utility (mean [{conf:.0%} bootstrap CI])",
+        "",
+        _md(utility_table(table, splits)),
+        "",
+        f"{BETTER} / {WORSE}: significantly better / worse than the best single arm chosen on the "
+        f"training queries (paired two-sided Wilcoxon signed-rank test, {corr} correction across "
+        f"the routers of each split, alpha = {alpha}).",
+        "",
+        "## Oracle headroom captured",
+        "",
+        _md(headroom_table(table, splits)),
+        "",
+        "(router - best single) / (oracle - best single) on the test queries: 100% is the oracle, "
+        "0% the best single arm, n/a when the oracle equals the best single arm. The noise floor "
+        "is the share of the headroom that generator noise alone produces (the reference arm's "
+        "passages in another order); a router below it is indistinguishable from noise.",
+        "",
+        f"## p-values vs the best single arm ({corr}-corrected)",
+        "",
+        _md(pvalue_table(table, splits)),
+        "",
+        "## Test queries improved / degraded / equal vs the best single arm",
+        "",
+        _md(counts_table(table, splits)),
+        "",
+        "## Ranking quality, retrieval necessity and cost",
+        "",
+        _md(ranking_table(table, splits)),
+        "",
+        "Kendall tau and P@1 against the gold arm ranking (arms ranked by utility) and nDCG "
+        "against the normalised gains, over informative queries only (not all arms equal); "
+        "routers that only choose an arm have no tau or nDCG. Necessity accuracy: the router "
+        "retrieved if and only if some retrieval arm beat no retrieval.",
+    ]
+    shown = ev.by_type[ev.by_type["split"].isin(splits)] if not ev.by_type.empty else ev.by_type
+    if not shown.empty:
+        for value, label in (
+            ("mean_utility", "mean utility"),
+            ("headroom_captured", "headroom captured"),
+        ):
+            parts += ["", f"## Per query type: {label}", "", _md(per_type_table(shown, value))]
+        parts += [
+            "",
+            "Only the test queries of each type; n/a where a split has no test queries of "
+            "the type or the type has no headroom.",
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if math.isnan(obj) or math.isinf(obj) else float(obj)
+    if obj is pd.NA:
+        return None
+    return obj
+
+
+def _write_text(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _write_csv(df: pd.DataFrame, path: Path, index: bool) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_csv(tmp, index=index, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_report(
+    ev: Evaluation, folder: str | Path, *, title: str = "Router evaluation"
+) -> dict[str, Path]:
+    """Write the report files atomically into ``folder``; returns name -> path.
+
+    Files: ``eval.md`` (the Markdown report), ``results.csv`` and ``results.json`` (the tidy
+    table, every column; the JSON also holds the settings and the formatted tables),
+    ``table1.csv``, ``headroom.csv``, ``pvalues.csv``, ``by_type.csv`` and
+    ``per_query.parquet``.
+    """
+    from ltrr.data.io import write_table_atomic
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = ev.table
+    _check(table)
+    splits = table_splits(table)
+    t1, hr, pv = (
+        utility_table(table, splits),
+        headroom_table(table, splits),
+        pvalue_table(table, splits),
+    )
+    paths = {
+        "eval.md": _write_text(folder / "eval.md", report_markdown(ev, title)),
+        "results.csv": _write_csv(table[RESULT_COLUMNS], folder / "results.csv", index=False),
+        "table1.csv": _write_csv(t1, folder / "table1.csv", index=True),
+        "headroom.csv": _write_csv(hr, folder / "headroom.csv", index=True),
+        "pvalues.csv": _write_csv(pv, folder / "pvalues.csv", index=True),
+        "by_type.csv": _write_csv(ev.by_type, folder / "by_type.csv", index=False),
+    }
+    doc = {
+        "meta": ev.meta,
+        "splits": splits,
+        "results": table[RESULT_COLUMNS].to_dict(orient="records"),
+        "arms": ev.arms.to_dict(orient="records"),
+        "by_type": ev.by_type.to_dict(orient="records"),
+        "table1": t1.to_dict(orient="index"),
+        "headroom": hr.to_dict(orient="index"),
+        "pvalues": pv.to_dict(orient="index"),
+    }
+    paths["results.json"] = _write_text(
+        folder / "results.json", json.dumps(_jsonable(doc), indent=2, allow_nan=False) + "\n"
+    )
+    paths["per_query.parquet"] = write_table_atomic(ev.per_query, folder / "per_query.parquet")
+    return paths

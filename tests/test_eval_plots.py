@@ -1,0 +1,138 @@
+"""Every plot writes a non-empty PNG that matplotlib reads back, headless and without pyplot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ltrr._errors import DataError
+from ltrr.eval import evaluate_splits, make_splits
+from ltrr.eval.plots import (
+    plot_cost_utility,
+    plot_feature_importance,
+    plot_headroom,
+    plot_per_type,
+    plot_utility,
+)
+
+ARMS = ["none", "bm25", "dense"]
+COSTS = {"none": 0.0, "bm25": 1.0, "dense": 3.0}
+
+
+@pytest.fixture(scope="module")
+def evaluation():
+    rng = np.random.default_rng(3)
+    qrows, urows = [], []
+    for g in range(30):
+        qtype = ["who", "when", "why"][g % 3]
+        for j in range(2):
+            qid = f"g{g}q{j}"
+            qrows.append({"qid": qid, "qtype": qtype, "group": f"g{g}"})
+            urows.append(
+                {
+                    "qid": qid,
+                    "none": rng.integers(0, 2) * 0.5,
+                    "bm25": rng.random(),
+                    "dense": rng.random(),
+                }
+            )
+    queries, U = pd.DataFrame(qrows), pd.DataFrame(urows).set_index("qid")
+    splits = make_splits(queries, ["balanced", "kfold"], n_folds=3, random_state=0)
+    preds = {
+        s.name: {
+            "oracle": U.loc[list(s.test)].idxmax(axis=1),
+            "random-scores": pd.DataFrame(
+                rng.random((s.n_test, 3)), index=list(s.test), columns=ARMS
+            ),
+        }
+        for s in splits
+    }
+    return evaluate_splits(
+        U,
+        splits,
+        preds,
+        costs=COSTS,
+        no_retrieval="none",
+        queries=queries,
+        noise_floor=0.15,
+        n_resamples=100,
+    )
+
+
+def _read_png(path):
+    import matplotlib.image as mpimg
+
+    assert path.is_file() and path.stat().st_size > 1000
+    img = mpimg.imread(path)
+    assert img.ndim == 3 and img.shape[0] >= 200 and img.shape[1] >= 300 and img.shape[2] in (3, 4)
+    # Not a blank canvas: the plot drew something.
+    assert img[..., :3].std() > 0.01
+    return img
+
+
+def test_plot_utility(evaluation, tmp_path):
+    p = plot_utility(evaluation.table, tmp_path / "utility.png")
+    assert p == tmp_path / "utility.png"
+    _read_png(p)
+
+
+def test_plot_headroom_with_noise_floor(evaluation, tmp_path):
+    _read_png(plot_headroom(evaluation.table, tmp_path / "headroom.png"))
+    _read_png(
+        plot_headroom(
+            evaluation.table, tmp_path / "headroom-kfold.png", splits=["kfold"], noise_floor=0.3
+        )
+    )
+    with pytest.raises(DataError, match="no results for split"):
+        plot_headroom(evaluation.table, tmp_path / "x.png", splits=["missing"])
+
+
+def test_plot_per_type(evaluation, tmp_path):
+    _read_png(plot_per_type(evaluation.by_type, tmp_path / "types.png", split="kfold"))
+    _read_png(
+        plot_per_type(evaluation.by_type, tmp_path / "types-h.png", value="headroom_captured")
+    )
+    with pytest.raises(DataError, match="no column 'recall'"):
+        plot_per_type(evaluation.by_type, tmp_path / "x.png", value="recall")
+
+
+def test_plot_feature_importance(tmp_path):
+    imp = {f"feature_{i}": float(i) for i in range(30)}
+    _read_png(plot_feature_importance(imp, tmp_path / "imp.png", top=10))
+    with pytest.raises(DataError, match="no feature importances"):
+        plot_feature_importance({}, tmp_path / "x.png")
+
+
+def test_plot_cost_utility(evaluation, tmp_path):
+    _read_png(plot_cost_utility(evaluation.table, evaluation.arms, tmp_path / "cost.png"))
+    _read_png(
+        plot_cost_utility(evaluation.table, evaluation.arms, tmp_path / "cost-k.png", split="kfold")
+    )
+
+
+def test_plots_run_headless_without_pyplot(tmp_path):
+    # A GUI backend and no display: drawing must still work, and neither importing ltrr.eval
+    # nor plotting may load pyplot (which would switch a notebook's backend).
+    code = textwrap.dedent(f"""
+        import sys
+        import ltrr.eval
+        assert "matplotlib" not in sys.modules, "ltrr.eval imported matplotlib eagerly"
+        from ltrr.eval.plots import plot_feature_importance
+        p = plot_feature_importance({{"a": 1.0, "b": 2.0}}, r"{tmp_path / "h.png"}")
+        assert p.stat().st_size > 0
+        assert "matplotlib.pyplot" not in sys.modules
+        print("ok")
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["MPLBACKEND"] = "TkAgg"
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ok"

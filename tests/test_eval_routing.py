@@ -1,0 +1,373 @@
+"""Routing metrics on hand-made utility matrices with known answers; reports."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.eval import (
+    RESULT_COLUMNS,
+    best_single_arm,
+    bootstrap_ci,
+    evaluate_router,
+    evaluate_routers,
+    evaluate_splits,
+    make_splits,
+    normalised_gains,
+    per_query_outcomes,
+    scores_from_long,
+    utility_matrix,
+)
+from ltrr.eval.report import (
+    BETTER,
+    WORSE,
+    headroom_table,
+    per_type_table,
+    pvalue_table,
+    report_markdown,
+    table_splits,
+    utility_table,
+    write_report,
+)
+from ltrr.labels import normalise_gains
+
+ARMS = ["none", "bm25", "dense"]
+COSTS = {"none": 0.0, "bm25": 1.0, "dense": 2.0}
+
+
+@pytest.fixture
+def U() -> pd.DataFrame:
+    """6 queries x 3 arms. Means: none 0.25, bm25 0.583 (best single), dense 0.5; oracle 0.833.
+
+    q4 is a tie (all arms equal); q5 has two gold-best arms; q2 is hurt by retrieval.
+    """
+    rows = {
+        "q1": [0.0, 1.0, 0.5],
+        "q2": [1.0, 0.0, 0.0],
+        "q3": [0.0, 0.5, 1.0],
+        "q4": [0.5, 0.5, 0.5],
+        "q5": [0.0, 1.0, 1.0],
+        "q6": [0.0, 0.5, 0.0],
+    }
+    return pd.DataFrame.from_dict(rows, orient="index", columns=ARMS).rename_axis("qid")
+
+
+def _eval(U, out, **kw):
+    kw.setdefault("train_U", U)
+    kw.setdefault("costs", COSTS)
+    kw.setdefault("no_retrieval", "none")
+    kw.setdefault("n_resamples", 300)
+    return evaluate_router(U, out, **kw).iloc[0]
+
+
+def test_oracle_router_captures_all_headroom(U):
+    r = _eval(U, U.idxmax(axis=1), noise_floor=0.1)
+    assert r["best_single_arm"] == "bm25"
+    assert r["best_single_utility"] == pytest.approx(3.5 / 6)
+    assert r["oracle_utility"] == pytest.approx(5 / 6)
+    assert r["headroom"] == pytest.approx(0.25)
+    assert r["mean_utility"] == pytest.approx(5 / 6)
+    assert r["headroom_captured"] == pytest.approx(1.0)
+    assert (r["improved"], r["degraded"], r["equal"]) == (2, 0, 4)
+    assert r["p_at_1"] == 1.0
+    assert r["n_informative"] == 5
+    # oracle choices (first max): bm25, none, dense, none, bm25, bm25; retrieval helped on
+    # q1, q3, q5, q6 only.
+    assert r["necessity_accuracy"] == 1.0
+    assert r["retrieval_rate"] == pytest.approx(4 / 6)
+    assert r["mean_cost"] == pytest.approx(5 / 6)
+    assert r["noise_floor"] == 0.1 and bool(r["above_noise_floor"])
+    assert not r["has_scores"] and np.isnan(r["kendall_tau"]) and np.isnan(r["ndcg_at_k"])
+
+
+def test_best_single_router_captures_nothing(U):
+    r = _eval(U, {q: "bm25" for q in U.index})
+    assert r["headroom_captured"] == pytest.approx(0.0)
+    assert r["p_value"] == 1.0
+    assert (r["improved"], r["degraded"], r["equal"]) == (0, 0, 6)
+    # Retrieves everywhere; retrieval helped on 4 of 6 queries.
+    assert r["necessity_accuracy"] == pytest.approx(4 / 6)
+    # bm25 is gold-best on q1, q5, q6 of the 5 informative queries.
+    assert r["p_at_1"] == pytest.approx(3 / 5)
+
+
+def test_headroom_is_nan_when_the_oracle_equals_the_best_single_arm(U):
+    flat = U.copy()
+    flat["bm25"] = flat.max(axis=1)
+    r = _eval(flat, flat.idxmax(axis=1))
+    assert r["headroom"] == pytest.approx(0.0)
+    assert np.isnan(r["headroom_captured"])
+    assert not bool(r["above_noise_floor"])
+
+
+def test_a_worse_router_has_negative_headroom(U):
+    r = _eval(U, {q: "none" for q in U.index})
+    assert r["headroom_captured"] == pytest.approx((0.25 - 3.5 / 6) / 0.25)
+    assert r["retrieval_rate"] == 0.0
+    assert r["mean_cost"] == 0.0
+
+
+def test_ci_and_wilcoxon_match_the_per_query_vectors(U):
+    choice = pd.Series(
+        {"q1": "dense", "q2": "none", "q3": "dense", "q4": "bm25", "q5": "dense", "q6": "none"}
+    )
+    r = _eval(U, choice, random_state=9)
+    vec = np.array([U.loc[q, a] for q, a in choice.items()])
+    ci = bootstrap_ci(vec, random_state=9, n_resamples=300)
+    assert (r["mean_utility"], r["ci_low"], r["ci_high"]) == tuple(ci)
+    assert r["p_value"] == sps.wilcoxon(vec, U["bm25"].to_numpy()).pvalue
+    assert r["ci_low"] <= r["mean_utility"] <= r["ci_high"]
+    assert r["headroom_ci_low"] <= r["headroom_captured"] <= r["headroom_ci_high"]
+
+
+def test_scores_give_ranking_metrics(U):
+    perfect = _eval(U, U * 2.0 + 1.0)
+    assert perfect["has_scores"]
+    assert perfect["kendall_tau"] == pytest.approx(1.0)
+    assert perfect["ndcg_at_k"] == pytest.approx(1.0)
+    assert perfect["p_at_1"] == 1.0
+    rev = -U
+    worst = _eval(U, rev, k=3)
+    informative = [q for q in U.index if q != "q4"]
+    taus = [sps.kendalltau(U.loc[q], rev.loc[q]).statistic for q in informative]
+    assert worst["kendall_tau"] == pytest.approx(np.mean(taus))
+    assert worst["kendall_tau"] == pytest.approx(-1.0)
+
+
+def test_best_single_arm_is_chosen_on_train(U):
+    train = U.copy()
+    train["dense"] += 0.5
+    assert best_single_arm(train) == "dense"
+    r = _eval(U, {q: "dense" for q in U.index}, train_U=train)
+    assert r["best_single_arm"] == "dense"
+    assert r["headroom_captured"] == pytest.approx(0.0)
+
+
+def test_gold_ties_at_the_top_count_as_correct(U):
+    out = per_query_outcomes(U, {q: "dense" for q in U.index}, best_arm="bm25", no_retrieval="none")
+    assert out.loc["q5", "p_at_1"] == 1.0  # bm25 and dense both score 1.0 on q5
+    assert np.isnan(out.loc["q4", "p_at_1"])  # a tie query has no ranking
+
+
+def test_router_output_errors(U):
+    with pytest.raises(
+        DataError, match=r"router 'router': no choice for 1 test queries \(first 'q6'\)"
+    ):
+        _eval(U, {q: "bm25" for q in list(U.index)[:-1]})
+    with pytest.raises(DataError, match="chose unknown arm"):
+        _eval(U, {q: "splade" for q in U.index})
+    with pytest.raises(DataError, match="NaN score for qid 'q1'"):
+        _eval(U, U.mask(U.index.to_series().eq("q1").to_numpy()[:, None] & np.ones((6, 3), bool)))
+    with pytest.raises(ConfigError, match="no-retrieval arm 'closed'"):
+        _eval(U, U.idxmax(axis=1), no_retrieval="closed")
+    with pytest.raises(ConfigError, match="arm costs lack arm"):
+        _eval(U, U.idxmax(axis=1), costs={"none": 0.0})
+    bad = U.copy()
+    bad.loc["q2", "bm25"] = np.nan
+    with pytest.raises(DataError, match="qid 'q2' has a missing utility"):
+        _eval(bad, U.idxmax(axis=1), train_U=U)
+
+
+def test_evaluate_routers_corrects_across_routers():
+    rng = np.random.default_rng(0)
+    n = 60
+    U = pd.DataFrame(
+        {
+            "none": rng.integers(0, 2, n) * 0.5,
+            "bm25": rng.integers(0, 3, n) / 2,
+            "dense": rng.integers(0, 3, n) / 2,
+        },
+        index=pd.Index([f"q{i}" for i in range(n)], name="qid"),
+    )
+    routers = {
+        "oracle": U.idxmax(axis=1),
+        "never": {q: "none" for q in U.index},
+        "noisy": pd.Series(rng.choice(ARMS, n), index=U.index),
+    }
+    res = evaluate_routers(
+        routers, U, train_U=U, costs=COSTS, no_retrieval="none", n_resamples=200, split="s"
+    )
+    assert list(res.columns) == RESULT_COLUMNS
+    assert res["router"].tolist() == ["oracle", "never", "noisy"]
+    np.testing.assert_allclose(res["p_adjusted"], np.minimum(res["p_value"] * 3, 1.0))
+    assert (res["correction"] == "bonferroni").all()
+    assert res.set_index("router").loc["oracle", "significant"]
+    holm = evaluate_routers(
+        routers, U, train_U=U, costs=COSTS, no_retrieval="none", n_resamples=200, correction="holm"
+    )
+    assert (holm["p_adjusted"] <= res["p_adjusted"] + 1e-15).all()
+    with pytest.raises(ConfigError, match="unknown p-value correction 'fdr'"):
+        evaluate_routers(routers, U, train_U=U, costs=COSTS, no_retrieval="none", correction="fdr")
+
+
+def test_utility_matrix_drops_failed_queries_and_gains_match_labels():
+    labels = pd.DataFrame(
+        {
+            "qid": ["q1"] * 3 + ["q2"] * 3 + ["q3"] * 3,
+            "arm": ARMS * 3,
+            "utility": [0.2, 0.8, 0.5, 1.0, 0.0, 0.0, 0.1, np.nan, 0.3],
+            "failed": [False] * 7 + [True, False],
+        }
+    )
+    U = utility_matrix(labels)
+    assert U.index.tolist() == ["q1", "q2"] and U.columns.tolist() == ARMS
+    g = normalised_gains(U)
+    for q in U.index:
+        _, ref, _ = normalise_gains(U.loc[q].to_numpy(), U.loc[q, "none"])
+        np.testing.assert_allclose(g.loc[q].to_numpy(), ref)
+    with pytest.raises(DataError, match="missing column"):
+        utility_matrix(labels.drop(columns="utility"))
+
+
+def test_scores_from_long_pivots_and_rejects_duplicates():
+    long = pd.DataFrame(
+        {
+            "qid": ["q1", "q1", "q2", "q2"],
+            "arm": ["a", "b", "a", "b"],
+            "score": [0.1, 0.9, 0.8, 0.2],
+        }
+    )
+    wide = scores_from_long(long)
+    assert wide.loc["q2"].tolist() == [0.8, 0.2]
+    with pytest.raises(DataError, match=r"duplicate \(qid, arm\)"):
+        scores_from_long(pd.concat([long, long.iloc[:1]]))
+
+
+# ---- several splits, pooling, reports ---------------------------------------------------------
+
+
+def _dataset(n_groups: int = 40, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    qrows, urows = [], []
+    for g in range(n_groups):
+        for j in range(2):
+            qid = f"g{g}q{j}"
+            qtype = ["who", "when", "why"][g % 3]
+            qrows.append(
+                {"qid": qid, "question": "?", "answers": ["a"], "qtype": qtype, "group": f"g{g}"}
+            )
+            # bm25 is good for "who", dense for "when", nothing helps "why".
+            base = rng.integers(0, 2) * 0.5
+            urows.append(
+                {
+                    "qid": qid,
+                    "none": base,
+                    "bm25": min(1.0, base + (0.5 if qtype == "who" else 0.0)),
+                    "dense": min(1.0, base + (0.5 if qtype == "when" else 0.0)),
+                }
+            )
+    return pd.DataFrame(qrows), pd.DataFrame(urows).set_index("qid")
+
+
+def _predict(queries, U, splits):
+    qtype = queries.set_index("qid")["qtype"]
+    rule = {"who": "bm25", "when": "dense", "why": "none"}
+    preds = {}
+    for s in splits:
+        test = list(s.test)
+        scores = pd.DataFrame(0.0, index=test, columns=ARMS)
+        for q in test:
+            scores.loc[q, rule[qtype[q]]] = 1.0
+        preds[s.name] = {"type-rule": scores, "always-bm25": {q: "bm25" for q in test}}
+    return preds
+
+
+def test_evaluate_splits_pools_folds_and_breaks_down_by_type():
+    queries, U = _dataset()
+    splits = make_splits(
+        queries, ["balanced", "leave-one-type-out", "kfold"], n_folds=4, random_state=0
+    )
+    ev = evaluate_splits(
+        U,
+        splits,
+        _predict(queries, U, splits),
+        costs=COSTS,
+        no_retrieval="none",
+        queries=queries,
+        noise_floor=0.05,
+        n_resamples=200,
+    )
+    t = ev.table
+    assert set(t["split"]) == {s.name for s in splits} | {"kfold"}
+    pooled = t[t["pooled"]].set_index("router")
+    assert (pooled["n_test"] == len(U)).all()
+    assert pooled.loc["type-rule", "headroom_captured"] == pytest.approx(1.0)
+    assert pooled.loc["type-rule", "necessity_accuracy"] == pytest.approx(1.0)
+    assert len(ev.per_query[ev.per_query["split"] == "kfold"]) == 2 * len(U)
+    # Bonferroni over the two routers of each split.
+    np.testing.assert_allclose(t["p_adjusted"], np.minimum(2 * t["p_value"], 1.0))
+    bt = ev.by_type[(ev.by_type["split"] == "kfold") & (ev.by_type["router"] == "type-rule")]
+    assert set(bt["qtype"]) == {"who", "when", "why"}
+    assert (bt["mean_utility"] == bt["oracle_utility"]).all()
+    assert set(ev.arms["arm"]) == set(ARMS)
+    # Folds appear only through their pooled column; types in sorted order.
+    assert table_splits(t) == [
+        "balanced",
+        "leave-one-type-out:when",
+        "leave-one-type-out:who",
+        "leave-one-type-out:why",
+        "kfold",
+    ]
+    with pytest.raises(DataError, match="no router predictions for split 'balanced'"):
+        evaluate_splits(U, splits, {}, costs=COSTS, no_retrieval="none")
+
+
+def test_reports_mark_significance_and_write_files(tmp_path):
+    queries, U = _dataset(60)
+    splits = make_splits(queries, ["balanced", "kfold"], n_folds=3, random_state=1)
+    preds = _predict(queries, U, splits)
+    for s in splits:
+        preds[s.name]["never"] = {q: "none" for q in s.test}
+    ev = evaluate_splits(
+        U,
+        splits,
+        preds,
+        costs=COSTS,
+        no_retrieval="none",
+        queries=queries,
+        noise_floor=0.05,
+        n_resamples=200,
+    )
+    t1 = utility_table(ev.table)
+    assert list(t1.columns) == ["balanced", "kfold"]
+    assert t1.index.tolist() == [
+        "type-rule",
+        "always-bm25",
+        "never",
+        "best single arm (train)",
+        "oracle",
+    ]
+    assert t1.loc["type-rule", "kfold"].endswith(BETTER)
+    assert t1.loc["never", "kfold"].endswith(WORSE)
+    assert "[" in t1.loc["oracle", "kfold"]
+    hr = headroom_table(ev.table)
+    assert hr.loc["type-rule", "kfold"].startswith("100%")
+    assert hr.loc["noise floor", "balanced"] == "5%"
+    assert "raw" in pvalue_table(ev.table).loc["never", "balanced"]
+    pt = per_type_table(ev.by_type, "mean_utility", split="kfold")
+    assert set(pt.columns) == {"who", "when", "why"}
+    md = report_markdown(ev)
+    assert "## Downstream utility" in md and "## Per query type" in md
+    assert "kfold:0" not in md and "nan" not in md
+    paths = write_report(ev, tmp_path / "reports")
+    for name in (
+        "eval.md",
+        "results.csv",
+        "results.json",
+        "table1.csv",
+        "headroom.csv",
+        "pvalues.csv",
+        "by_type.csv",
+        "per_query.parquet",
+    ):
+        assert paths[name].is_file() and paths[name].stat().st_size > 0
+    doc = json.loads(paths["results.json"].read_text())
+    assert doc["meta"]["correction"] == "bonferroni"
+    assert len(doc["results"]) == len(ev.table)
+    assert pd.read_csv(paths["results.csv"]).shape == ev.table.shape
+    assert not list((tmp_path / "reports").glob("*.tmp"))
