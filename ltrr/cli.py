@@ -148,6 +148,34 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- labels and cache -------------------------------------------------------------------
+def cmd_label(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config, validate
+    from ltrr.pipeline import Run
+
+    cfg = load_config(args.config)
+    if args.max_queries is not None:
+        d = cfg.to_dict()
+        d["data"]["max_queries"] = args.max_queries
+        cfg = validate(d, cfg.source)
+    run = Run(cfg, log=_log)
+    run.stage_retrieve()
+    run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
+                    tolerate_failures=True if args.tolerate_failures else None)
+    return 0
+
+
+def cmd_cache_stats(args: argparse.Namespace) -> int:
+    from ltrr.data.io import data_root
+    from ltrr.generation.cache import stats
+
+    path = Path(args.path) if args.path else data_root() / "cache" / "generations.sqlite"
+    if not path.exists():
+        raise LtrrError(f"no generation cache at {path}")
+    _log(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
+    return 0
+
+
 # ---- main job ----------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     import time
@@ -207,6 +235,20 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--json", action="store_true", help="print JSON records")
     se.add_argument("text", help="the query")
     se.set_defaults(func=cmd_search)
+
+    lb = sub.add_parser("label", help="label every (query, arm) with its utility gain (cached, resumable)")
+    lb.add_argument("config")
+    lb.add_argument("--no-cache", action="store_true", help="bypass the generation cache")
+    lb.add_argument("--force", action="store_true", help="relabel even if up to date")
+    lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed")
+    lb.add_argument("--max-queries", type=int, help="label a seeded, type-stratified sample of N queries")
+    lb.set_defaults(func=cmd_label)
+
+    ca = sub.add_parser("cache", help="inspect the generation cache")
+    csub = ca.add_subparsers(dest="cache_command", metavar="ACTION")
+    cs = csub.add_parser("stats", help="rows, size, per-model counts and corrupt rows")
+    cs.add_argument("path", nargs="?", help="cache file (default: data/cache/generations.sqlite)")
+    cs.set_defaults(func=cmd_cache_stats)
 
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")

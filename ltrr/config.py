@@ -37,19 +37,16 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "n_noanswer": ((int,), 200),
         "max_queries": ((int,), 0),  # 0 = all; else a seeded, type-stratified sample
     },
+    # Keys of [generation] other than these go to the backend (ltrr.generation.make_generator),
+    # which validates them and names an unknown one.
     "generation": {
         "backend": ((str,), "transformers"),
-        "model": ((str,), ""),
-        "template": ((str,), "short-answer"),
+        "template": ((str,), "short_answer"),
         "max_new_tokens": ((int,), 32),
-        "temperature": ((float, int), 0.0),
-        "base_url": ((str,), ""),
-        "api_key_env": ((str,), "OPENAI_API_KEY"),
-        "max_concurrency": ((int,), 4),
-        "timeout": ((float, int), 60.0),
-        "max_retries": ((int,), 3),
-        "n_threads": ((int,), 0),
         "cache": ((str,), ""),  # default: <data_root>/cache/generations.sqlite
+        "use_cache": ((bool,), True),
+        "chunk_size": ((int,), 8),
+        "max_prompt_tokens": ((int,), 0),  # 0: the model's context minus max_new_tokens
     },
     "labels": {
         "metric": ((str,), "f1"),
@@ -79,6 +76,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     },
 }
 _MAP_SECTIONS = ("retrievers", "rerankers")
+_OPEN_SECTIONS = ("generation",)  # extra keys are passed on to the backend
 _LIST_SECTIONS = ("arms",)
 
 
@@ -131,6 +129,9 @@ def _check_section(name: str, given: Any, spec: dict) -> dict:
     if not isinstance(given, dict):
         raise ConfigError(f"config key [{name}] must be a table, got {type(given).__name__}")
     unknown = sorted(set(given) - set(spec))
+    extra = {}
+    if name in _OPEN_SECTIONS:
+        extra, unknown = {k: given[k] for k in unknown}, []
     if unknown:
         raise ConfigError(
             f"unknown config key [{name}].{unknown[0]}; allowed keys: {', '.join(sorted(spec))}"
@@ -150,6 +151,7 @@ def _check_section(name: str, given: Any, spec: dict) -> dict:
             raise ConfigError(f"config key [{name}].{key} is required")
         else:
             out[key] = copy.deepcopy(default)
+    out.update(extra)
     return out
 
 

@@ -17,14 +17,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ltrr._errors import NotBuiltError
+from ltrr._errors import ConfigError, LtrrError, NotBuiltError
 from ltrr._tables import markdown_table
 from ltrr.config import Config
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic
 
 __all__ = ["Run", "STAGES"]
 
-STAGES = ("data", "index", "retrieve")
+STAGES = ("data", "index", "retrieve", "label")
+
+_PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens")
 
 
 def _hash(obj) -> str:
@@ -152,6 +154,99 @@ class Run:
         self._record("retrieve", fp, time.perf_counter() - t0, rows=len(results))
         self.log(f"[retrieve] {len(results)} rows for {len(ds.queries)} queries x {len(self.pool.arm_names)} arms -> {self.results_path}")
         return self.results_path
+
+    @property
+    def labels_dir(self) -> Path:
+        return self.workdir / "labels"
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.config.generation.get("cache") or data_root() / "cache" / "generations.sqlite")
+
+    def make_generator(self, *, use_cache: bool | None = None):
+        """The configured generator wrapped in the SQLite cache (unless disabled)."""
+        from ltrr.generation import make_generator
+        from ltrr.generation.cache import CachedGenerator, GenerationCache
+
+        gcfg = {k: v for k, v in self.config.generation.items() if k not in _PIPELINE_GEN_KEYS}
+        try:
+            backend = make_generator(gcfg)
+        except Exception as exc:
+            if isinstance(exc, LtrrError):
+                raise type(exc)(f"stage label: [generation] {exc}") from None
+            raise
+        enabled = self.config.generation["use_cache"] if use_cache is None else use_cache
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        return CachedGenerator(backend, GenerationCache(self.cache_path), enabled=enabled)
+
+    def stage_label(self, *, force: bool = False, use_cache: bool | None = None,
+                    tolerate_failures: bool | None = None) -> Path:
+        """Label every (query, arm) with the utility gain of the arm's passages."""
+        from tqdm.auto import tqdm
+
+        from ltrr.generation import DecodingParams, load_template
+        from ltrr.labels import label_queries, raise_for_failures, summarise, summary_markdown, write_labels
+        from ltrr.metrics import parse_metric, parse_metrics
+
+        lcfg, gcfg = self.config.labels, self.config.generation
+        tolerate = lcfg["tolerate_failures"] if tolerate_failures is None else tolerate_failures
+        ds = self.dataset
+        if not self.results_path.exists():
+            raise NotBuiltError(f"stage label needs the retrieval results {self.results_path}; run the retrieve stage (ltrr run)")
+        results = pd.read_parquet(self.results_path)
+        pool = self.pool
+        arms = pool.arm_names
+        nr = [a.name for a in pool.arms if a.is_no_retrieval]
+        if not nr:
+            raise ConfigError("stage label: the pool needs a no-retrieval arm (retriever = \"none\"): gains are measured against it")
+        noise_arm = None
+        if lcfg["noise_floor"]:
+            noise_arm = lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)
+        template = load_template(gcfg["template"])
+        fp = _hash({"labels": lcfg, "generation": gcfg, "retrieve": json.loads(self.stage_record("retrieve").read_text())["fingerprint"] if self.stage_record("retrieve").exists() else None})
+        out = self.labels_dir / "labels.parquet"
+        if not force and self._fresh("label", fp, [out]):
+            self.log(f"[label] skipped: inputs unchanged, labels in {out}")
+            return out
+        try:
+            metric = parse_metric(lcfg["metric"])
+            extras = parse_metrics(lcfg["extra_metrics"]) if lcfg["extra_metrics"] else []
+        except LtrrError as exc:
+            raise ConfigError(f"stage label: [labels] {exc}") from None
+        generator = self.make_generator(use_cache=use_cache)
+        judge = None
+        if metric.needs_judge or any(m.needs_judge for m in extras):
+            if not lcfg["judge"]:
+                raise ConfigError("stage label: metric needs a judge; set [labels.judge] (a generator config)")
+            from ltrr.generation import make_generator
+            from ltrr.generation.cache import CachedGenerator
+
+            judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
+        scorer = metric.bind(judge=judge)
+        extra_scorers = {str(m): m.bind(judge=judge) for m in extras}
+        n_items = len(ds.queries) * len(arms)
+        self.log(f"[label] {len(ds.queries)} queries x {len(arms)} arms with {generator.identity}, "
+                 f"template {template.identity}, metric {metric}; cache {self.cache_path}")
+        t0 = time.perf_counter()
+        with tqdm(total=n_items, desc="label", unit="item", dynamic_ncols=True) as bar:
+            run = label_queries(
+                ds.queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
+                template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
+                noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
+                max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=bar.update,
+            )
+        summary = summarise(run.labels, run.noise, seed=self.config.seed)
+        summary["generator_calls"] = generator.generator_calls
+        summary["cache_hits"] = generator.hits
+        summary["seconds"] = round(time.perf_counter() - t0, 1)
+        write_labels(run, summary, self.labels_dir)
+        self.log(summary_markdown(summary))
+        self.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
+                 f"{summary['seconds']:.1f}s -> {out}")
+        raise_for_failures(summary, tolerate)
+        self._record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
+        del DecodingParams
+        return out
 
     def retrieval_report(self) -> pd.DataFrame | None:
         """Recall@k per query type and arm (needs qrels); written as Markdown and CSV."""

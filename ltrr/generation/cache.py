@@ -1,0 +1,438 @@
+"""A persistent cache of LLM calls in SQLite (WAL mode), and a generator wrapper that uses it.
+
+The key of a call is the sha256 of a canonical JSON of (backend, model identity, decoding
+parameters, full prompt or chat messages), so changing any of them misses. Each row stores the
+text, token counts, latency, creation time and a checksum of the row's content, which
+`GenerationCache.check` recomputes to find rows damaged on disk or edited by hand.
+
+Several processes may write to one cache file at once: every connection sets a busy timeout and
+writes in short ``BEGIN IMMEDIATE`` transactions. `CachedGenerator` commits after each batch it
+sends to the backend, and WAL mode keeps committed rows through a SIGKILL of the writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ltrr._errors import ConfigError, NotBuiltError
+from ltrr.generation.base import DecodingParams, Generation, Generator
+
+__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "stats"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    key TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    params TEXT NOT NULL,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    latency_s REAL NOT NULL,
+    extra TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    checksum TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_COLUMNS = (
+    "key, backend, identity, params, text, prompt_tokens, completion_tokens, latency_s, extra, "
+    "created_at, checksum"
+)
+# SQLite's default limit on host parameters is 999 in old builds; stay well under it.
+_LOOKUP_CHUNK = 500
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def cache_key(
+    backend: str,
+    identity: str,
+    params: DecodingParams,
+    prompt: str | list[dict[str, str]],
+) -> str:
+    """The cache key of one call: sha256 of the canonical JSON of everything that shapes it."""
+    payload = {
+        "v": SCHEMA_VERSION,
+        "backend": backend,
+        "identity": identity,
+        "params": params.to_dict(),
+        "prompt": prompt,
+    }
+    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+def _row_checksum(row: tuple) -> str:
+    # All columns but the checksum itself, in table order; floats round-trip through SQLite's
+    # REAL (an IEEE double) exactly, so the JSON text is the same when recomputed.
+    return hashlib.sha256(_canonical(list(row)).encode("utf-8")).hexdigest()
+
+
+class GenerationCache:
+    """SQLite store of generations keyed by `cache_key`.
+
+    Parameters
+    ----------
+    path : str or Path
+        Database file; created (with its folder) when missing.
+    timeout : float
+        Seconds a writer waits for another process's lock before failing.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from ltrr.generation.base import DecodingParams, Generation
+    >>> cache = GenerationCache(pathlib.Path(tempfile.mkdtemp()) / "llm.sqlite")
+    >>> key = cache_key("echo", "echo-1", DecodingParams(), "hello")
+    >>> cache.put_many([(key, "echo", "echo-1", DecodingParams(), Generation(text="hi"))])
+    1
+    >>> cache.get_many([key])[key].text
+    'hi'
+    >>> cache.check()
+    {'rows': 1, 'corrupt': 0, 'integrity': 'ok'}
+    >>> cache.close()
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 60.0):
+        self.path = Path(path)
+        self.timeout = timeout
+        self.corrupt_reads = 0
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid: int | None = None
+
+    # A connection must not cross a fork; each process (and each unpickled copy) opens its own.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_conn=None, _pid=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                conn = sqlite3.connect(
+                    str(self.path),
+                    timeout=self.timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                # NORMAL is durable against a crash of the process (what SIGKILL is) in WAL mode;
+                # only a power loss may lose the last commits, which then simply miss.
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.executescript(_SCHEMA)
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+            except sqlite3.DatabaseError as exc:
+                raise ConfigError(
+                    f"cannot open the generation cache {str(self.path)!r} ({exc}); delete the "
+                    "file or point the cache to another path"
+                ) from None
+            if str(mode).lower() != "wal":
+                raise ConfigError(
+                    f"the generation cache {str(self.path)!r} cannot use WAL mode (got {mode!r}); "
+                    "put it on a local file system"
+                )
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> GenerationCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def journal_mode(self) -> str:
+        return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
+        """Cached generations for those of ``keys`` that are present and intact."""
+        found: dict[str, Generation] = {}
+        unique = list(dict.fromkeys(keys))
+        with self._lock:
+            for start in range(0, len(unique), _LOOKUP_CHUNK):
+                chunk = unique[start : start + _LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self.conn.execute(
+                    f"SELECT {_COLUMNS} FROM generations WHERE key IN ({marks})", chunk
+                ).fetchall()
+                for row in rows:
+                    if _row_checksum(row[:-1]) != row[-1]:
+                        # A damaged row is a miss; the next put of that key replaces it.
+                        self.corrupt_reads += 1
+                        continue
+                    found[row[0]] = Generation(
+                        text=row[4],
+                        prompt_tokens=row[5],
+                        completion_tokens=row[6],
+                        latency_s=row[7],
+                        extra=json.loads(row[8]),
+                        cached=True,
+                    )
+        return found
+
+    def put_many(self, entries: Sequence[tuple[str, str, str, DecodingParams, Generation]]) -> int:
+        """Store ``(key, backend, identity, params, generation)`` entries in one transaction.
+
+        Failed generations (``error`` set) are not stored. Returns the number of rows written.
+        """
+        rows = []
+        now = time.time()
+        for key, backend, identity, params, gen in entries:
+            if not gen.ok:
+                continue
+            row = (
+                key,
+                backend,
+                identity,
+                _canonical(params.to_dict()),
+                gen.text,
+                int(gen.prompt_tokens),
+                int(gen.completion_tokens),
+                float(gen.latency_s),
+                _canonical(gen.extra),
+                now,
+            )
+            rows.append((*row, _row_checksum(row)))
+        if not rows:
+            return 0
+        with self._lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    f"INSERT OR REPLACE INTO generations ({_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return len(rows)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self.conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0])
+
+    def check(self, *, repair: bool = False) -> dict[str, Any]:
+        """Recompute every row's checksum; with ``repair=True`` delete the corrupt rows.
+
+        Returns ``{"rows": n, "corrupt": m, "integrity": "ok" | sqlite's report}``, where
+        ``integrity`` is SQLite's own ``quick_check`` of the file structure.
+        """
+        with self._lock:
+            conn = self.conn
+            integrity = "; ".join(r[0] for r in conn.execute("PRAGMA quick_check").fetchall())
+            n, bad = 0, []
+            for row in conn.execute(f"SELECT {_COLUMNS} FROM generations"):
+                n += 1
+                if _row_checksum(row[:-1]) != row[-1]:
+                    bad.append(row[0])
+            if repair and bad:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany("DELETE FROM generations WHERE key = ?", [(k,) for k in bad])
+                conn.execute("COMMIT")
+        return {"rows": n, "corrupt": len(bad), "integrity": integrity}
+
+    def stats(self) -> dict[str, Any]:
+        """Rows, size on disk, rows per backend and model identity, corrupt rows."""
+        checked = self.check()
+        with self._lock:
+            groups = self.conn.execute(
+                "SELECT backend, identity, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), "
+                "MIN(created_at), MAX(created_at) FROM generations GROUP BY backend, identity "
+                "ORDER BY backend, identity"
+            ).fetchall()
+        size = sum(
+            p.stat().st_size
+            for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+            if p.exists()
+        )
+        return {
+            "path": str(self.path),
+            "rows": checked["rows"],
+            "corrupt": checked["corrupt"],
+            "integrity": checked["integrity"],
+            "size_bytes": size,
+            "models": [
+                {
+                    "backend": b,
+                    "identity": ident,
+                    "rows": n,
+                    "prompt_tokens": int(pt or 0),
+                    "completion_tokens": int(ct or 0),
+                    "first_created": first,
+                    "last_created": last,
+                }
+                for b, ident, n, pt, ct, first, last in groups
+            ],
+        }
+
+
+def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Statistics of the cache at ``path`` (for ``ltrr cache stats``).
+
+    Raises
+    ------
+    NotBuiltError
+        When no cache exists at ``path``.
+    """
+    if not Path(path).is_file():
+        raise NotBuiltError(f"no generation cache at {str(path)!r}; it is created by the first run")
+    with GenerationCache(path) as cache:
+        return cache.stats()
+
+
+class CachedGenerator(Generator):
+    """Wrap a generator with a `GenerationCache`: only cache misses reach the backend.
+
+    Counters: ``hits`` and ``misses`` (per prompt), ``generator_calls`` (prompts actually sent
+    to the backend; identical prompts in one batch are sent once). A warm re-run therefore shows
+    ``generator_calls == 0``. Failed generations are returned but never cached.
+
+    Parameters
+    ----------
+    generator : Generator
+        The backend.
+    cache : GenerationCache or None
+        Where generations are kept; None works like ``enabled=False``.
+    enabled : bool
+        False bypasses the cache entirely (``--no-cache``); counters still count.
+    batch_size : int
+        Misses are sent to the backend and committed in batches of this size, so an interrupted
+        run keeps all but the last batch.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from ltrr.generation.base import Generation, Generator
+    >>> class Upper(Generator):
+    ...     backend = "upper"
+    ...     identity = "upper-1"
+    ...     def generate(self, prompts, params=None):
+    ...         return [Generation(text=p.upper()) for p in prompts]
+    >>> cache = GenerationCache(pathlib.Path(tempfile.mkdtemp()) / "llm.sqlite")
+    >>> gen = CachedGenerator(Upper(), cache)
+    >>> [g.text for g in gen.generate(["a", "b"])], gen.generator_calls
+    (['A', 'B'], 2)
+    >>> [g.cached for g in gen.generate(["a", "b"])], gen.generator_calls, gen.hits
+    ([True, True], 2, 2)
+    """
+
+    def __init__(
+        self,
+        generator: Generator,
+        cache: GenerationCache | None,
+        *,
+        enabled: bool = True,
+        batch_size: int = 32,
+    ):
+        self.generator = generator
+        self.cache = cache
+        self.enabled = enabled
+        self.batch_size = batch_size
+        self.hits = 0
+        self.misses = 0
+        self.generator_calls = 0
+
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        return self.generator.backend
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    @property
+    def context_length(self) -> int:
+        return self.generator.context_length
+
+    def count_tokens(self, text: str) -> int:
+        return self.generator.count_tokens(text)
+
+    def count_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        from ltrr.generation.prompts import count_prompt_tokens
+
+        return count_prompt_tokens(self.generator, messages)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "generator_calls": self.generator_calls}
+
+    def reset_counters(self) -> None:
+        self.hits = self.misses = self.generator_calls = 0
+
+    def generate(
+        self, prompts: Sequence[str | list[dict[str, str]]], params: DecodingParams | None = None
+    ) -> list[Generation]:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(
+                f"CachedGenerator batch_size must be a positive integer, got {self.batch_size!r}"
+            )
+        params = params or DecodingParams()
+        prompts = list(prompts)
+        if not self.enabled or self.cache is None:
+            self.misses += len(prompts)
+            self.generator_calls += len(prompts)
+            return self.generator.generate(prompts, params)
+        backend, identity = self.generator.backend, self.generator.identity
+        keys = [cache_key(backend, identity, params, p) for p in prompts]
+        found = self.cache.get_many(keys)
+        out: list[Generation | None] = [None] * len(prompts)
+        todo: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            if key in found:
+                self.hits += 1
+                out[i] = found[key]
+            else:
+                self.misses += 1
+                todo.setdefault(key, []).append(i)
+        pending = list(todo.items())
+        for start in range(0, len(pending), self.batch_size):
+            batch = pending[start : start + self.batch_size]
+            gens = self.generator.generate([prompts[idx[0]] for _, idx in batch], params)
+            if len(gens) != len(batch):
+                raise RuntimeError(
+                    f"{type(self.generator).__name__}.generate returned {len(gens)} generations "
+                    f"for {len(batch)} prompts"
+                )
+            self.generator_calls += len(batch)
+            self.cache.put_many(
+                [
+                    (key, backend, identity, params, g)
+                    for (key, _), g in zip(batch, gens, strict=True)
+                ]
+            )
+            for (_, idx), gen in zip(batch, gens, strict=True):
+                out[idx[0]] = gen
+                for j in idx[1:]:
+                    out[j] = Generation(**{**gen.__dict__, "extra": dict(gen.extra)})
+        return out  # type: ignore[return-value]

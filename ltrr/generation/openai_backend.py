@@ -1,0 +1,374 @@
+"""The ``openai`` generator backend: any OpenAI-compatible chat-completions server.
+
+Works with vLLM, Ollama, the llama.cpp server and OpenAI itself, over ``httpx``. The API key is
+read from the environment variable named by ``api_key_env``; it never comes from a config file.
+
+Each prompt is sent with bounded retries: exponential backoff with seeded jitter, honouring
+``Retry-After`` on HTTP 429, retrying server errors (5xx), timeouts, connection errors and
+malformed bodies, but not other 4xx errors (a bad request stays bad). A prompt that still fails
+comes back as ``Generation(text="", error=...)``; one failed item never raises.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ltrr._errors import ConfigError
+from ltrr.generation.base import DecodingParams, Generation, Generator
+
+__all__ = ["OpenAIGenerator"]
+
+# Transient 4xx: request timeout, conflict, too early, rate limited (the set the OpenAI SDK retries).
+_RETRY_STATUS = {408, 409, 425, 429}
+
+
+class _Malformed(Exception):
+    """The server answered 200 with a body that is not a chat completion."""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class OpenAIGenerator(Generator):
+    """Chat completions from an OpenAI-compatible HTTP server.
+
+    Parameters
+    ----------
+    model : str
+        Model name as the server knows it.
+    base_url : str
+        Server root including the API version, e.g. ``http://localhost:8000/v1`` (vLLM),
+        ``http://localhost:11434/v1`` (Ollama), ``https://api.openai.com/v1``.
+    api_key_env : str or None
+        Name of the environment variable holding the API key, sent as ``Authorization: Bearer``.
+        When the variable is unset no key is sent (local servers need none).
+    max_concurrency : int
+        Requests in flight at once.
+    timeout : float
+        Seconds per request (connect, read and write each).
+    max_retries : int
+        Retries after the first attempt; a prompt is sent at most ``max_retries + 1`` times.
+    backoff_base, backoff_max : float
+        Backoff before retry ``k`` (1-based) is ``min(backoff_max, backoff_base * 2**(k-1))``
+        scaled by a jitter in [0.5, 1]; a 429's ``Retry-After`` is waited when longer
+        (at most ``max_wait``).
+    max_wait : float
+        Upper bound of any single wait, ``Retry-After`` included.
+    random_state : int
+        Seeds the jitter (per prompt), so retry timing is reproducible.
+    context_length : int
+        The served model's context, used to budget prompts.
+    max_tokens_field : str
+        Request field for the completion budget: ``max_tokens`` (vLLM, Ollama, llama.cpp) or
+        ``max_completion_tokens`` (newer OpenAI models).
+    extra_body : dict, optional
+        Extra request fields sent as is (e.g. ``{"top_k": 1}`` for vLLM).
+
+    Examples
+    --------
+    >>> gen = OpenAIGenerator("qwen2.5-7b-instruct", base_url="http://localhost:8000/v1")
+    >>> gen.identity
+    'openai:http://localhost:8000/v1:qwen2.5-7b-instruct'
+    >>> out = gen.generate(["What is the capital of Australia?"])  # doctest: +SKIP
+    """
+
+    backend = "openai"
+
+    # Validation at construction is a deliberate departure from the estimator contract: a
+    # generator is a handle on a resource, and bad settings must fail before a long run starts.
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_concurrency: int = 4,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+        max_wait: float = 120.0,
+        random_state: int = 0,
+        context_length: int = 8192,
+        max_tokens_field: str = "max_tokens",
+        extra_body: dict[str, Any] | None = None,
+    ):
+        self.model = model
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.max_wait = max_wait
+        self.random_state = random_state
+        self._context_length = context_length
+        self.max_tokens_field = max_tokens_field
+        self.extra_body = extra_body
+        self._validate()
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+
+    def _validate(self) -> None:
+        def bad(name: str, what: str) -> ConfigError:
+            return ConfigError(
+                f"openai generator: {name} must be {what}, got {getattr(self, name, None)!r}"
+            )
+
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(
+                "openai generator: set 'model' to the model name the server serves "
+                '(e.g. model = "Qwen/Qwen2.5-7B-Instruct")'
+            )
+        if not isinstance(self.base_url, str) or not self.base_url.startswith(
+            ("http://", "https://")
+        ):
+            raise bad("base_url", "an http:// or https:// URL")
+        if self.api_key_env is not None and (
+            not isinstance(self.api_key_env, str) or not self.api_key_env
+        ):
+            raise bad("api_key_env", "the name of an environment variable or null")
+        for name in ("max_concurrency",):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(name, "a positive integer")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise bad("max_retries", "a non-negative integer")
+        for name in ("timeout", "backoff_max", "max_wait"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise bad(name, "a positive number")
+        if not isinstance(self.backoff_base, (int, float)) or self.backoff_base < 0:
+            raise bad("backoff_base", "a non-negative number")
+        if not isinstance(self._context_length, int) or self._context_length < 1:
+            raise ConfigError(
+                f"openai generator: context_length must be a positive integer, got {self._context_length!r}"
+            )
+        if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise bad("max_tokens_field", "'max_tokens' or 'max_completion_tokens'")
+        if self.extra_body is not None and not isinstance(self.extra_body, dict):
+            raise bad("extra_body", "a table of request fields")
+
+    def __repr__(self) -> str:
+        return f"OpenAIGenerator(model={self.model!r}, base_url={self.base_url!r})"
+
+    # The client (sockets, a lock) must not cross a fork or be pickled to a worker.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_client=None, _client_lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client_lock = threading.Lock()
+
+    @property
+    def identity(self) -> str:
+        return f"openai:{self.base_url.rstrip('/')}:{self.model}"
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _http(self) -> Any:
+        with self._client_lock:
+            if self._client is None:
+                import httpx
+
+                self._client = httpx.Client(
+                    base_url=self.base_url.rstrip("/") + "/",
+                    timeout=httpx.Timeout(self.timeout),
+                    limits=httpx.Limits(
+                        max_connections=self.max_concurrency,
+                        max_keepalive_connections=self.max_concurrency,
+                    ),
+                )
+            return self._client
+
+    def close(self) -> None:
+        """Close the HTTP connections (they are reopened on the next call)."""
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def __enter__(self) -> OpenAIGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request_body(
+        self, prompt: str | list[dict[str, str]], params: DecodingParams
+    ) -> dict[str, Any]:
+        """The JSON body sent for ``prompt``."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            self.max_tokens_field: params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": params.seed,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        if self.extra_body:
+            body.update(self.extra_body)
+        return body
+
+    def generate(
+        self, prompts: Sequence[str | list[dict[str, str]]], params: DecodingParams | None = None
+    ) -> list[Generation]:
+        params = params or DecodingParams()
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        client, headers = self._http(), self._headers()
+        workers = min(self.max_concurrency, len(prompts))
+        if workers == 1:
+            return [self._one(client, headers, i, p, params) for i, p in enumerate(prompts)]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ltrr-openai") as pool:
+            return list(
+                pool.map(
+                    lambda ip: self._one(client, headers, ip[0], ip[1], params), enumerate(prompts)
+                )
+            )
+
+    def _parse(self, response: Any, params: DecodingParams) -> tuple[str, dict[str, Any]]:
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise _Malformed(
+                f"response body is not JSON ({exc}): {response.text[:200]!r}"
+            ) from None
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise _Malformed(
+                f"response has no choices[0].message.content: {str(data)[:200]!r}"
+            ) from None
+        if not isinstance(text, str):
+            raise _Malformed(f"choices[0].message.content is not a string: {text!r}")
+        if params.json_mode:
+            try:
+                json.loads(text)
+            except ValueError:
+                raise _Malformed(
+                    f"JSON mode was asked but the content is not JSON: {text[:200]!r}"
+                ) from None
+        return text, {"data": data, "finish_reason": choice.get("finish_reason")}
+
+    def _one(
+        self, client: Any, headers: dict[str, str], index: int, prompt: Any, params: DecodingParams
+    ) -> Generation:
+        import httpx
+
+        body = self.request_body(prompt, params)
+        # Jitter seeded per prompt position, so retry timing does not depend on thread order.
+        rng = random.Random(f"{self.random_state}:{index}")
+        started = time.perf_counter()
+        error = "not sent"
+        attempts = 0
+        for attempt in range(self.max_retries + 1):
+            attempts = attempt + 1
+            wait_hint: float | None = None
+            t0 = time.perf_counter()
+            try:
+                response = client.post("chat/completions", json=body, headers=headers)
+            except httpx.TimeoutException as exc:
+                error = f"timed out after {self.timeout} s ({type(exc).__name__})"
+            except httpx.TransportError as exc:
+                error = f"connection error: {type(exc).__name__}: {exc}"
+            else:
+                status = response.status_code
+                if status == 200:
+                    try:
+                        text, info = self._parse(response, params)
+                    except _Malformed as exc:
+                        error = f"malformed response: {exc}"
+                    else:
+                        usage = info["data"].get("usage") or {}
+                        extra: dict[str, Any] = {
+                            "finish_reason": info["finish_reason"],
+                            "attempts": attempts,
+                            "total_s": time.perf_counter() - started,
+                        }
+                        prompt_tokens = usage.get("prompt_tokens")
+                        completion_tokens = usage.get("completion_tokens")
+                        if not isinstance(prompt_tokens, int) or not isinstance(
+                            completion_tokens, int
+                        ):
+                            # Servers without usage reporting: keep an estimate, and say so.
+                            extra["usage_estimated"] = True
+                            prompt_tokens = sum(
+                                self.count_tokens(m["content"]) for m in body["messages"]
+                            )
+                            completion_tokens = self.count_tokens(text) if text else 0
+                        return Generation(
+                            text=text,
+                            prompt_tokens=prompt_tokens,
+                            completion_tokens=completion_tokens,
+                            latency_s=time.perf_counter() - t0,
+                            extra=extra,
+                        )
+                else:
+                    detail = response.text[:300]
+                    error = f"HTTP {status}: {detail}"
+                    if status == 429:
+                        wait_hint = _retry_after(response.headers.get("Retry-After"))
+                    elif status < 500 and status not in _RETRY_STATUS:
+                        if status in (401, 403):
+                            error += (
+                                f" (check the API key in the environment variable {self.api_key_env!r})"
+                                if self.api_key_env
+                                else " (set api_key_env to the variable holding the API key)"
+                            )
+                        return self._failed(error + " (not retried)", attempts, started)
+            if attempt == self.max_retries:
+                break
+            delay = min(self.backoff_max, self.backoff_base * 2**attempt) * rng.uniform(0.5, 1.0)
+            if wait_hint is not None:
+                delay = max(delay, wait_hint)
+            time.sleep(min(delay, self.max_wait))
+        return self._failed(f"failed after {attempts} attempts: {error}", attempts, started)
+
+    @staticmethod
+    def _failed(error: str, attempts: int, started: float) -> Generation:
+        return Generation(
+            text="",
+            latency_s=time.perf_counter() - started,
+            error=error,
+            extra={"attempts": attempts},
+        )

