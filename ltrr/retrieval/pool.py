@@ -1,0 +1,587 @@
+"""The retriever pool: named arms, each a first-stage retriever plus a reranker.
+
+An `Arm` is ``(name, retriever, reranker, k, depth, cost)``. The pool builds each retriever's
+index once (``index_dir/<retriever name>/``), runs each retriever once per query batch at the
+largest depth its arms need, then applies each arm's reranker and keeps its top ``k``. The
+no-retrieval arm (``retriever: "none"``) is a first-class arm: it returns no rows and costs 0 by
+default. Any number of arms works; names are free strings used in configs, tables and the CLI.
+
+Configuration (``Pool.from_config``)::
+
+    retrievers = {"bm25": {"type": "bm25", "backend": "bm25s", "k1": 0.9, "b": 0.4},
+                  "dense": {"type": "dense", "encoder": "minilm", "index": "flat"}}
+    rerankers = {"reg": {"type": "reg", "m": 5, "t": 1},
+                 "stoch": {"type": "stoch", "n_samples": 50, "intensity": 2.0}}
+    arms = [{"name": "bm25+reg", "retriever": "bm25", "reranker": "reg", "k": 5, "depth": 50},
+            {"name": "none", "retriever": "none"}]
+
+An arm's ``reranker`` names an entry of ``rerankers`` or, with default parameters, a registered
+reranker type (``none``, ``reg``, ``stoch``, ``cross-encoder``). ``reg`` rerankers read document
+embeddings from a dense retriever of the pool, so no document is encoded twice: without an
+``encoder`` setting, the arm's own retriever if it is dense, else the pool's first dense
+retriever; with ``encoder: NAME``, a dense retriever using that encoder. Only when the pool has
+no such retriever are documents encoded (with ``NAME``, default ``minilm``) and cached.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# importing these registers the "bm25" and "dense" retriever types
+import ltrr.retrieval.bm25  # noqa: F401
+import ltrr.retrieval.dense  # noqa: F401
+from ltrr._errors import ConfigError, NotBuiltError
+from ltrr.retrieval.base import (
+    Retriever,
+    corpus_fingerprint,
+    passage_text,
+    validate_corpus,
+    validate_queries,
+)
+from ltrr.retrieval.base import (
+    retrievers as retriever_registry,
+)
+from ltrr.retrieval.rerank import EmbeddingSource, Reranker
+from ltrr.retrieval.rerank import rerankers as reranker_registry
+
+__all__ = ["Arm", "Pool", "default_pool_config", "POOL_COLUMNS", "NO_RETRIEVAL"]
+
+POOL_COLUMNS = ["qid", "arm", "rank", "docid", "score", "text"]
+NO_RETRIEVAL = "none"
+ARM_KEYS = ("name", "retriever", "reranker", "k", "depth", "cost")
+# config spellings that differ from constructor parameter names
+RETRIEVER_ALIASES = {"dense": {"index": "index_type"}}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of the pool.
+
+    Parameters
+    ----------
+    name : str
+        Arm name used in tables and configs (``"bm25+reg"``).
+    retriever : str or None
+        Name of a pool retriever; ``None`` or ``"none"`` for the no-retrieval arm.
+    reranker : str
+        Reranker name (``"none"`` keeps the first-stage order).
+    k : int
+        Passages the arm returns per query.
+    depth : int
+        First-stage results handed to the reranker (ignored with reranker ``"none"``).
+    cost : float or None
+        Relative cost of the arm; None means 1.0, or 0.0 for the no-retrieval arm.
+
+    Examples
+    --------
+    >>> Arm("none", None).cost
+    0.0
+    >>> Arm("bm25", "bm25").cost
+    1.0
+    """
+
+    name: str
+    retriever: str | None
+    reranker: str = "none"
+    k: int = 5
+    depth: int = 50
+    cost: float | None = None
+
+    def __post_init__(self):
+        retriever = None if self.retriever in (None, NO_RETRIEVAL) else self.retriever
+        object.__setattr__(self, "retriever", retriever)
+        if self.cost is None:
+            object.__setattr__(self, "cost", 0.0 if retriever is None else 1.0)
+
+    @property
+    def is_no_retrieval(self) -> bool:
+        return self.retriever is None
+
+    @property
+    def first_stage_depth(self) -> int:
+        """How many first-stage results this arm reads."""
+        return self.k if self.reranker == "none" else max(self.depth, self.k)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["retriever"] = d["retriever"] or NO_RETRIEVAL
+        return d
+
+
+def default_pool_config() -> dict[str, Any]:
+    """The paper's seven arms: bm25, bm25+reg, bm25+stoch, dense, dense+reg, dense+stoch, none.
+
+    Returns keyword arguments for `Pool.from_config` (``retrievers``, ``rerankers``, ``arms``);
+    every arm keeps k=5 passages, rerankers read the first-stage top 50.
+    """
+    arms = []
+    for r in ("bm25", "dense"):
+        for rr in ("none", "reg", "stoch"):
+            name = r if rr == "none" else f"{r}+{rr}"
+            arms.append(
+                {"name": name, "retriever": r, "reranker": rr, "k": 5, "depth": 50, "cost": 1.0}
+            )
+    arms.append(
+        {
+            "name": "none",
+            "retriever": NO_RETRIEVAL,
+            "reranker": "none",
+            "k": 5,
+            "depth": 50,
+            "cost": 0.0,
+        }
+    )
+    return {
+        "retrievers": {
+            "bm25": {"type": "bm25", "backend": "bm25s", "k1": 0.9, "b": 0.4},
+            "dense": {"type": "dense", "encoder": "minilm", "index": "flat"},
+        },
+        "rerankers": {
+            "reg": {"type": "reg", "m": 5, "t": 1},
+            "stoch": {"type": "stoch", "n_samples": 50, "intensity": 2.0},
+        },
+        "arms": arms,
+    }
+
+
+def _reraise(where: str, exc: ConfigError) -> ConfigError:
+    return ConfigError(f"{where}: {exc}")
+
+
+def _jsonable(x: Any) -> Any:
+    return json.loads(json.dumps(x, sort_keys=True, default=str))
+
+
+def _check_pos_int(where: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ConfigError(f"{where} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+class Pool:
+    """A set of arms over shared first-stage retrievers.
+
+    Build one with `Pool.from_config`; then `build` (index a corpus) or `load` (open built
+    indexes), and `search`.
+
+    Parameters
+    ----------
+    arms : list of Arm
+    retrievers : dict
+        Retriever name -> unfitted `Retriever` (the configuration).
+    rerankers : dict
+        Reranker name -> spec dict with ``type`` and parameters.
+    seed : int
+        Run seed, given to stochastic rerankers that do not set their own.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> corpus = pd.DataFrame({"docid": ["au", "fr"], "title": ["Australia", "France"],
+    ...     "text": ["Its capital is Canberra.", "Its capital is Paris."]})
+    >>> pool = Pool.from_config(
+    ...     {"bm25": {"type": "bm25"}},
+    ...     [{"name": "bm25", "retriever": "bm25", "k": 1}, {"name": "none", "retriever": "none"}])
+    >>> import tempfile
+    >>> _ = pool.build(corpus, tempfile.mkdtemp(), show_progress=False)
+    >>> pool.search(["capital of France"])[["arm", "docid"]].values.tolist()
+    [['bm25', 'fr']]
+    >>> pool.costs
+    {'bm25': 1.0, 'none': 0.0}
+    """
+
+    def __init__(
+        self,
+        arms: Sequence[Arm],
+        retrievers: dict[str, Retriever],
+        rerankers: dict[str, dict[str, Any]] | None = None,
+        *,
+        seed: int = 0,
+    ):
+        self.arms = list(arms)
+        self.retrievers = dict(retrievers)
+        self.rerankers = dict(rerankers or {})
+        self.seed = seed
+
+    # ---- configuration -----------------------------------------------------------------
+    @classmethod
+    def from_config(
+        cls,
+        retrievers: dict[str, dict[str, Any]],
+        arms: Sequence[dict[str, Any]],
+        rerankers: dict[str, dict[str, Any]] | None = None,
+        *,
+        seed: int = 0,
+    ) -> Pool:
+        """Validate a pool configuration and build the (unindexed) pool.
+
+        Unknown arm, retriever or reranker names, unknown keys and bad values raise
+        `ConfigError` naming the key (``retrievers.dense.index``, ``arms[2].reranker``, ...).
+        """
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        if not isinstance(retrievers, dict):
+            raise ConfigError(
+                f"retrievers must be a mapping of name -> settings, got {type(retrievers).__name__}"
+            )
+        rets: dict[str, Retriever] = {}
+        for name, spec in retrievers.items():
+            rets[str(name)] = cls._make_retriever(str(name), spec)
+        rr_specs: dict[str, dict[str, Any]] = {}
+        for name, spec in (rerankers or {}).items():
+            rr_specs[str(name)] = cls._check_reranker_spec(str(name), spec)
+        if isinstance(arms, (str, bytes, dict)) or not isinstance(arms, Sequence):
+            raise ConfigError(f"arms must be a list of arm settings, got {type(arms).__name__}")
+        if not arms:
+            raise ConfigError("arms is empty; a pool needs at least one arm")
+        out: list[Arm] = []
+        seen: set[str] = set()
+        for i, spec in enumerate(arms):
+            arm = cls._make_arm(i, spec, rets, rr_specs)
+            if arm.name in seen:
+                raise ConfigError(
+                    f"arms[{i}].name: duplicate arm name {arm.name!r}; arm names must be unique"
+                )
+            seen.add(arm.name)
+            out.append(arm)
+        pool = cls(out, rets, rr_specs, seed=int(seed))
+        for arm in out:  # fail now, not at search time, on bad reranker settings
+            if arm.reranker != "none":
+                pool._reranker_spec(arm)
+        return pool
+
+    @staticmethod
+    def _make_retriever(name: str, spec: Any) -> Retriever:
+        where = f"retrievers.{name}"
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where} must be a mapping of settings, got {type(spec).__name__}")
+        if "type" not in spec:
+            raise ConfigError(
+                f"{where}.type is missing; choose one of: {', '.join(retriever_registry.names())}"
+            )
+        rtype = spec["type"]
+        try:
+            cls = retriever_registry.get(rtype)
+        except ConfigError as exc:
+            raise _reraise(f"{where}.type", exc) from None
+        aliases = RETRIEVER_ALIASES.get(rtype, {})
+        allowed = set(cls._param_names())
+        params: dict[str, Any] = {}
+        for key, value in spec.items():
+            if key == "type":
+                continue
+            target = str(aliases.get(key, key))
+            if target not in allowed:
+                raise ConfigError(
+                    f"{where}.{key}: unknown key for a {rtype!r} retriever; allowed: "
+                    f"{sorted(set(aliases) | allowed)}"
+                )
+            params[target] = value
+        try:
+            r = cls.from_params(params)
+            r.validate_params()
+        except ConfigError as exc:
+            raise _reraise(where, exc) from None
+        return r
+
+    @staticmethod
+    def _check_reranker_spec(name: str, spec: Any) -> dict[str, Any]:
+        where = f"rerankers.{name}"
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where} must be a mapping of settings, got {type(spec).__name__}")
+        spec = dict(spec)
+        rtype = spec.get("type", name if name in reranker_registry else None)
+        if rtype is None:
+            raise ConfigError(
+                f"{where}.type is missing; choose one of: {', '.join(reranker_registry.names())}"
+            )
+        try:
+            cls = reranker_registry.get(rtype)
+        except ConfigError as exc:
+            raise _reraise(f"{where}.type", exc) from None
+        allowed = set(cls._param_names()) - {"embeddings"}
+        for key in spec:
+            if key != "type" and key not in allowed:
+                raise ConfigError(
+                    f"{where}.{key}: unknown key for a {rtype!r} reranker; allowed: {sorted(allowed)}"
+                )
+        spec["type"] = rtype
+        try:
+            cls(**{k: v for k, v in spec.items() if k != "type"}).validate_params()
+        except ConfigError as exc:
+            raise _reraise(where, exc) from None
+        return spec
+
+    @staticmethod
+    def _make_arm(
+        i: int, spec: Any, rets: dict[str, Retriever], rr_specs: dict[str, dict[str, Any]]
+    ) -> Arm:
+        where = f"arms[{i}]"
+        if isinstance(spec, Arm):
+            spec = spec.to_dict()
+        if not isinstance(spec, dict):
+            raise ConfigError(
+                f"{where} must be a mapping with keys {list(ARM_KEYS)}, got {type(spec).__name__}"
+            )
+        unknown = [k for k in spec if k not in ARM_KEYS]
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown arm key; allowed: {list(ARM_KEYS)}")
+        name = spec.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{where}.name must be a non-empty string, got {name!r}")
+        where = f"arms[{i}] ({name!r})"
+        if "retriever" not in spec:
+            raise ConfigError(f"{where}.retriever is missing; give a retriever name or 'none'")
+        retriever = spec["retriever"]
+        if retriever not in (None, NO_RETRIEVAL) and retriever not in rets:
+            raise ConfigError(
+                f"{where}.retriever: unknown retriever {retriever!r}; define it under retrievers "
+                f"(defined: {sorted(rets)}) or use 'none'"
+            )
+        reranker = spec.get("reranker", "none") or "none"
+        if reranker not in rr_specs and reranker not in reranker_registry:
+            raise ConfigError(
+                f"{where}.reranker: unknown reranker {reranker!r}; define it under rerankers "
+                f"(defined: {sorted(rr_specs)}) or use one of: {', '.join(reranker_registry.names())}"
+            )
+        if retriever in (None, NO_RETRIEVAL) and reranker != "none":
+            raise ConfigError(f"{where}.reranker: the no-retrieval arm cannot rerank; use 'none'")
+        k = _check_pos_int(f"{where}.k", spec.get("k", 5))
+        depth = _check_pos_int(f"{where}.depth", spec.get("depth", 50))
+        if reranker != "none" and depth < k:
+            raise ConfigError(f"{where}.depth ({depth}) must be >= k ({k}) for a reranked arm")
+        cost = spec.get("cost")
+        if cost is not None:
+            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+                raise ConfigError(f"{where}.cost must be a non-negative number, got {cost!r}")
+            cost = float(cost)
+        return Arm(name=name, retriever=retriever, reranker=reranker, k=k, depth=depth, cost=cost)
+
+    def to_config(self) -> dict[str, Any]:
+        """JSON-safe keyword arguments for `from_config` that rebuild this pool."""
+        rets = {}
+        for name, r in self.retrievers.items():
+            rets[name] = {"type": r.name, **_jsonable(r.get_params())}
+        return {
+            "retrievers": rets,
+            "rerankers": copy.deepcopy(self.rerankers),
+            "arms": [a.to_dict() for a in self.arms],
+            "seed": self.seed,
+        }
+
+    # ---- names and costs ---------------------------------------------------------------
+    @property
+    def arm_names(self) -> list[str]:
+        return [a.name for a in self.arms]
+
+    @property
+    def costs(self) -> dict[str, float]:
+        return {a.name: float(a.cost or 0.0) for a in self.arms}
+
+    def arm(self, name: str) -> Arm:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ConfigError(f"unknown arm {name!r}; this pool has: {', '.join(self.arm_names)}")
+
+    def _used_retrievers(self) -> list[str]:
+        return list(dict.fromkeys(a.retriever for a in self.arms if a.retriever is not None))
+
+    # ---- building and loading ----------------------------------------------------------
+    def build(
+        self, corpus: pd.DataFrame, index_dir: str | Path, *, show_progress: bool = True
+    ) -> Pool:
+        """Index ``corpus`` once per retriever into ``index_dir/<name>/``; returns ``self``.
+
+        An existing index built with the same settings over the same corpus is reused; any other
+        is rebuilt and replaced atomically.
+        """
+        corpus = validate_corpus(corpus)
+        index_dir = Path(index_dir)
+        index_dir.mkdir(parents=True, exist_ok=True)
+        texts = [passage_text(t, x) for t, x in zip(corpus["title"], corpus["text"], strict=True)]
+        fingerprint = corpus_fingerprint(corpus["docid"].tolist(), texts)
+        built: dict[str, Retriever] = {}
+        for name in self._used_retrievers():
+            spec = self.retrievers[name]
+            path = index_dir / name
+            if self._matches(path, spec, fingerprint):
+                built[name] = Retriever.load(path)
+                continue
+            r = type(spec).from_params(spec.get_params())
+            r.index(corpus, show_progress=show_progress)
+            r.save(path)
+            built[name] = r
+        self.retrievers_ = built
+        self._sources: dict[Any, EmbeddingSource] = {}
+        self._arm_rerankers: dict[str, Reranker] = {}
+        return self
+
+    @staticmethod
+    def _matches(path: Path, spec: Retriever, fingerprint: str | None) -> bool:
+        try:
+            meta = Retriever.read_meta(path)
+        except NotBuiltError:
+            return False
+        ident = _jsonable(spec.identity())
+        if any(_jsonable(meta.get(k)) != v for k, v in ident.items()):
+            return False
+        return fingerprint is None or meta.get("corpus_sha256") == fingerprint
+
+    def load(self, index_dir: str | Path) -> Pool:
+        """Open the indexes built by `build`; `NotBuiltError` if one is missing or stale."""
+        index_dir = Path(index_dir)
+        loaded: dict[str, Retriever] = {}
+        for name in self._used_retrievers():
+            path = index_dir / name
+            meta = Retriever.read_meta(path)  # NotBuiltError when missing
+            if not self._matches(path, self.retrievers[name], None):
+                want = _jsonable(self.retrievers[name].identity())
+                diff = sorted(k for k, v in want.items() if _jsonable(meta.get(k)) != v)
+                raise NotBuiltError(
+                    f"index {str(path)!r} was built with other settings ({', '.join(diff)} differ "
+                    "from the configuration); rebuild it with `ltrr index CONFIG`"
+                )
+            loaded[name] = Retriever.load(path)
+        self.retrievers_ = loaded
+        self._sources = {}
+        self._arm_rerankers = {}
+        return self
+
+    def _check_built(self) -> None:
+        if not hasattr(self, "retrievers_"):
+            raise NotBuiltError(
+                "the pool has no indexes: run `ltrr index CONFIG` (or call pool.build(corpus, "
+                "index_dir) / pool.load(index_dir) in Python)"
+            )
+
+    # ---- rerankers ---------------------------------------------------------------------
+    def _reranker_spec(self, arm: Arm) -> dict[str, Any]:
+        if arm.reranker in self.rerankers:
+            spec = dict(self.rerankers[arm.reranker])
+        else:
+            spec = {"type": arm.reranker}
+        if spec["type"] == "stoch":
+            spec.setdefault("seed", self.seed)
+        cls = reranker_registry.get(spec["type"])
+        try:
+            cls(**{k: v for k, v in spec.items() if k != "type"}).validate_params()
+        except ConfigError as exc:
+            raise ConfigError(f"arm {arm.name!r} reranker {arm.reranker!r}: {exc}") from None
+        return spec
+
+    def _embedding_source(self, arm: Arm, encoder: str | None) -> EmbeddingSource:
+        dense: list[tuple[str | None, Retriever | None]] = [
+            (n, r)
+            for n, r in self.retrievers_.items()
+            if r.name == "dense" and (encoder is None or getattr(r, "encoder", None) == encoder)
+        ]
+        own = [(n, r) for n, r in dense if n == arm.retriever]
+        name, retriever = (own or dense or [(None, None)])[0]
+        key = name if name is not None else ("encoder", encoder or "minilm")
+        if key not in self._sources:
+            self._sources[key] = EmbeddingSource(retriever, encoder=encoder or "minilm")
+        return self._sources[key]
+
+    def reranker_for(self, arm_name: str) -> Reranker:
+        """The reranker instance an arm uses (created on first use, then kept)."""
+        self._check_built()
+        arm = self.arm(arm_name)
+        if arm.name not in self._arm_rerankers:
+            spec = self._reranker_spec(arm)
+            params = {k: v for k, v in spec.items() if k != "type"}
+            cls = reranker_registry.get(spec["type"])
+            if spec["type"] == "reg":
+                params["embeddings"] = self._embedding_source(arm, params.get("encoder"))
+            self._arm_rerankers[arm.name] = cls(**params)
+        return self._arm_rerankers[arm.name]
+
+    # ---- searching ---------------------------------------------------------------------
+    def search(
+        self, queries: Any, arms: Sequence[str] | None = None, *, show_progress: bool = False
+    ) -> pd.DataFrame:
+        """Passages of every arm for every query: ``DataFrame[qid, arm, rank, docid, score, text]``.
+
+        Rows are sorted by query input order, then arm order, then rank. The no-retrieval arm
+        contributes no rows. ``arms`` selects a subset by name.
+        """
+        self._check_built()
+        q = validate_queries(queries)
+        selected = (
+            self.arms
+            if arms is None
+            else [self.arm(a) for a in ([arms] if isinstance(arms, str) else arms)]
+        )
+        depth: dict[str, int] = {}
+        for a in selected:
+            if a.retriever is not None:
+                depth[a.retriever] = max(depth.get(a.retriever, 0), a.first_stage_depth)
+        from tqdm.auto import tqdm
+
+        first: dict[str, pd.DataFrame] = {}
+        for name in tqdm(list(depth), disable=not show_progress, desc="retrievers"):
+            first[name] = self.retrievers_[name].search(q, depth[name], show_progress=show_progress)
+        frames = []
+        for a in tqdm(selected, disable=not show_progress, desc="arms"):
+            if a.retriever is None:
+                continue
+            fs = first[a.retriever]
+            cut = fs[fs["rank"] <= a.first_stage_depth]
+            res = self.reranker_for(a.name).rerank(q, cut, a.k)
+            frames.append(res.assign(arm=a.name))
+        if not frames or sum(len(f) for f in frames) == 0:
+            return pd.DataFrame(
+                {
+                    "qid": pd.Series([], dtype=object),
+                    "arm": pd.Series([], dtype=object),
+                    "rank": pd.Series([], dtype=np.int64),
+                    "docid": pd.Series([], dtype=object),
+                    "score": pd.Series([], dtype=np.float64),
+                    "text": pd.Series([], dtype=object),
+                }
+            )
+        out = pd.concat(frames, ignore_index=True)
+        qpos = {qid: i for i, qid in enumerate(q["qid"])}
+        apos = {a.name: i for i, a in enumerate(selected)}
+        order = np.lexsort(
+            (
+                out["rank"].to_numpy(),
+                out["arm"].map(apos).to_numpy(),
+                out["qid"].map(qpos).to_numpy(),
+            )
+        )
+        return out.iloc[order][POOL_COLUMNS].reset_index(drop=True)
+
+    def search_to_parquet(
+        self,
+        queries: Any,
+        path: str | Path,
+        arms: Sequence[str] | None = None,
+        *,
+        show_progress: bool = False,
+    ) -> Path:
+        """`search` and write the table to Parquet atomically; returns the path."""
+        df = self.search(queries, arms, show_progress=show_progress)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            df.to_parquet(tmp, index=False)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return path
+
+    def __repr__(self) -> str:
+        return f"Pool(arms={self.arm_names!r}, retrievers={sorted(self.retrievers)!r})"
