@@ -160,8 +160,15 @@ def cmd_label(args: argparse.Namespace) -> int:
         cfg = validate(d, cfg.source)
     run = Run(cfg, log=_log)
     run.stage_retrieve()
+    shard = None
+    if args.shard:
+        try:
+            i, n = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            raise LtrrError(f"--shard must look like I/N (e.g. 0/2), got {args.shard!r}") from None
+        shard = (i, n)
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
-                    tolerate_failures=True if args.tolerate_failures else None)
+                    tolerate_failures=True if args.tolerate_failures else None, shard=shard)
     return 0
 
 
@@ -174,6 +181,89 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
         raise LtrrError(f"no generation cache at {path}")
     _log(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
     return 0
+
+
+# ---- features, training, routing, evaluation ---------------------------------------------
+def cmd_features(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(args.config), log=_log)
+    run.stage_features(force=args.force)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg = load_config(args.config)
+    run = Run(cfg, log=_log)
+    ranker = args.ranker or cfg.train["ranker"]
+    from ltrr.rankers import rankers
+
+    rankers.get(ranker)  # unknown name -> one clear line listing the choices
+    out = run.stage_train(ranker)
+    _log(f"model: {out}\ntry: ltrr route {out} \"your question\"")
+    return 0
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    from ltrr.routers.ltr import LTRRouter
+
+    if not args.question.strip():
+        raise LtrrError("the question is empty")
+    router = LTRRouter.load(args.model_dir)
+    if args.answer:
+        out = router.answer(args.question)
+        ranking = out["ranking"]
+    else:
+        ranking = router.route(args.question)
+    if args.json:
+        _log(ranking.to_json(orient="records"))
+    else:
+        for r in ranking.itertuples():
+            _log(f"{r.rank:>2}  {r.arm:<16} {r.score:+.4f}")
+    if args.answer:
+        if out["error"]:
+            raise LtrrError(f"generation failed: {out['error']}")
+        _log(f"answer ({out['arm']}): {out['answer']}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(args.config), log=_log)
+    paths = run.stage_eval(force=args.force)
+    _print_results(run, paths)
+    return 0
+
+
+def _print_results(run, paths) -> None:
+    table = run.reports_dir / "table1.csv"
+    if table.exists():
+        import pandas as pd
+
+        from ltrr._tables import markdown_table
+
+        t = pd.read_csv(table, index_col=0)
+        _log("\nMean downstream utility (95% CI) per router (rows) and split (columns); "
+             "\u25b2/\u25bc: significantly better/worse than the best single arm:")
+        _log(markdown_table(t))
+    head = run.reports_dir / "headroom.csv"
+    if head.exists():
+        import pandas as pd
+
+        from ltrr._tables import markdown_table
+
+        _log("\nShare of the oracle headroom captured, (router - best single) / (oracle - best single):")
+        _log(markdown_table(pd.read_csv(head, index_col=0)))
+    _log(f"\nreport: {run.reports_dir / 'eval.md'}")
+    for k, v in sorted(paths.items()):
+        if k.startswith("plot_"):
+            _log(f"plot:   {v}")
 
 
 # ---- main job ----------------------------------------------------------------------------
@@ -194,7 +284,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.index.name = "qtype"
         _log("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):")
         _log(markdown_table(table))
-        _log(f"\nreport: {run.workdir / 'reports' / 'retrieval_recall.md'}")
+    if args.retrieval_only:
+        _log(f"done in {time.perf_counter() - t0:.1f}s")
+        return 0
+    run.stage_label(tolerate_failures=True if args.tolerate_failures else None)
+    run.stage_features()
+    paths = run.stage_eval(force=args.force)
+    _print_results(run, paths)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
 
@@ -242,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--force", action="store_true", help="relabel even if up to date")
     lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed")
     lb.add_argument("--max-queries", type=int, help="label a seeded, type-stratified sample of N queries")
+    lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")
     lb.set_defaults(func=cmd_label)
 
     ca = sub.add_parser("cache", help="inspect the generation cache")
@@ -250,9 +347,33 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("path", nargs="?", help="cache file (default: data/cache/generations.sqlite)")
     cs.set_defaults(func=cmd_cache_stats)
 
+    fe = sub.add_parser("features", help="extract routing features into features/<run>/")
+    fe.add_argument("config")
+    fe.add_argument("--force", action="store_true")
+    fe.set_defaults(func=cmd_features)
+
+    tr = sub.add_parser("train", help="train an LTR router on all labelled queries and save it")
+    tr.add_argument("config")
+    tr.add_argument("--ranker", help="ranker name (default: [train] ranker)")
+    tr.set_defaults(func=cmd_train)
+
+    ro = sub.add_parser("route", help="rank the arms for a question with a trained router")
+    ro.add_argument("model_dir")
+    ro.add_argument("question")
+    ro.add_argument("--answer", action="store_true", help="also answer with the top arm (default generator)")
+    ro.add_argument("--json", action="store_true")
+    ro.set_defaults(func=cmd_route)
+
+    ev = sub.add_parser("eval", help="compare routers on the configured splits with significance tests")
+    ev.add_argument("config")
+    ev.add_argument("--force", action="store_true")
+    ev.set_defaults(func=cmd_eval)
+
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")
     r.add_argument("--force", action="store_true", help="redo stages even if up to date")
+    r.add_argument("--retrieval-only", action="store_true", help="stop after retrieval and its recall report")
+    r.add_argument("--tolerate-failures", action="store_true", help="go on when some generations failed")
     r.set_defaults(func=cmd_run)
     return p
 

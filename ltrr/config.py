@@ -57,13 +57,12 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "judge": ((dict,), {}),
     },
     "features": {
-        "set": ((str,), "paper"),
-        "pca_dim": ((int,), 32),
+        "set": ((str,), "paper"),  # a features/*.toml name or path (it sets pca_dim etc.)
     },
     "train": {
-        "ranker": ((str,), "lambdamart-listwise"),
-        "params": ((dict,), {}),
-        "rankers": ((list,), []),
+        "ranker": ((str,), "lambdamart-listwise"),  # what `ltrr train` fits by default
+        "params": ((dict,), {}),  # ranker name -> hyper-parameters
+        "rankers": ((list,), []),  # rankers compared by the eval stage (default: the 9 non-transformer ones)
     },
     "eval": {
         "splits": ((list,), ["balanced", "leave-one-type-out"]),

@@ -135,9 +135,7 @@ class SentenceTransformerEncoder(Encoder):
 
     @property
     def dim(self) -> int:
-        get_dim = getattr(self.model, "get_embedding_dimension", None) or getattr(
-            self.model, "get_sentence_embedding_dimension"
-        )
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         return int(get_dim())
 
     @property

@@ -111,6 +111,7 @@ def label_queries(
     seed: int = 0,
     chunk_size: int = 8,
     max_prompt_tokens: int | None = None,
+    params=None,
     progress: Callable[[int], None] | None = None,
 ) -> LabelRun:
     """Generate and score an answer for every (query, arm); compute gains.
@@ -135,6 +136,8 @@ def label_queries(
         Reference arm of the noise-floor control (its passages, permuted).
     chunk_size : int
         Queries per generator batch: the cache commits after each, so a kill loses at most one.
+    params : DecodingParams, optional
+        Decoding parameters (default: the template's; greedy).
     progress : callable, optional
         Called with the number of (query, arm) items finished after each chunk.
     """
@@ -167,7 +170,7 @@ def label_queries(
                 docs = passages.get((qid, noise_arm), [])
                 items.append((question, [docs[i] for i in _permute(qid, len(docs), seed)]))
                 keys.append((qid, noise_arm + NOISE_SUFFIX, True))
-        answers = answer_batch(generator, template, items, max_prompt_tokens=max_prompt_tokens)
+        answers = answer_batch(generator, template, items, params, max_prompt_tokens=max_prompt_tokens)
         ok = [i for i, a in enumerate(answers) if a.ok]
         ans_by_qid = dict(zip(chunk["qid"], chunk["answers"], strict=True))
         q_by_qid = dict(zip(chunk["qid"], chunk["question"], strict=True))
@@ -184,7 +187,7 @@ def label_queries(
                     scores[name][i] = det.values[j]
                     if det.errors[j] and name == "utility":
                         score_errors[i] = f"metric {metric_name}: {det.errors[j]}"
-        for i, ((qid, arm, is_noise), res, (q, docs)) in enumerate(zip(keys, answers, items, strict=True)):
+        for i, ((qid, arm, is_noise), res, (_, docs)) in enumerate(zip(keys, answers, items, strict=True)):
             err = res.error or score_errors.get(i)
             row = {
                 "qid": qid, "arm": arm, "utility": scores["utility"][i],

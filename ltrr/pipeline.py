@@ -17,14 +17,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from ltrr._errors import ConfigError, LtrrError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._tables import markdown_table
 from ltrr.config import Config
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic
 
 __all__ = ["Run", "STAGES"]
 
-STAGES = ("data", "index", "retrieve", "label")
+STAGES = ("data", "index", "retrieve", "label", "features", "eval")
+
+DEFAULT_RANKERS = (
+    "lambdamart-listwise", "xgboost-listwise", "xgboost-pairwise", "xgboost-pointwise",
+    "svm-pointwise", "svmrank-pairwise", "ffn-pointwise", "ffn-pairwise", "listnet-listwise",
+)
+TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
 
 _PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens")
 
@@ -180,12 +186,22 @@ class Run:
         return CachedGenerator(backend, GenerationCache(self.cache_path), enabled=enabled)
 
     def stage_label(self, *, force: bool = False, use_cache: bool | None = None,
-                    tolerate_failures: bool | None = None) -> Path:
-        """Label every (query, arm) with the utility gain of the arm's passages."""
+                    tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None) -> Path:
+        """Label every (query, arm) with the utility gain of the arm's passages.
+
+        With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, to fill the
+        shared generation cache from n processes at once; no labels table is written then.
+        """
         from tqdm.auto import tqdm
 
-        from ltrr.generation import DecodingParams, load_template
-        from ltrr.labels import label_queries, raise_for_failures, summarise, summary_markdown, write_labels
+        from ltrr.generation import load_template
+        from ltrr.labels import (
+            label_queries,
+            raise_for_failures,
+            summarise,
+            summary_markdown,
+            write_labels,
+        )
         from ltrr.metrics import parse_metric, parse_metrics
 
         lcfg, gcfg = self.config.labels, self.config.generation
@@ -224,29 +240,196 @@ class Run:
             judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
         scorer = metric.bind(judge=judge)
         extra_scorers = {str(m): m.bind(judge=judge) for m in extras}
-        n_items = len(ds.queries) * len(arms)
-        self.log(f"[label] {len(ds.queries)} queries x {len(arms)} arms with {generator.identity}, "
+        queries = ds.queries
+        if shard is not None:
+            i, n = shard
+            if not (0 <= i < n):
+                raise ConfigError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
+            queries = queries.iloc[i::n].reset_index(drop=True)
+        n_items = len(queries) * len(arms)
+        self.log(f"[label] {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
                  f"template {template.identity}, metric {metric}; cache {self.cache_path}")
         t0 = time.perf_counter()
         with tqdm(total=n_items, desc="label", unit="item", dynamic_ncols=True) as bar:
             run = label_queries(
-                ds.queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
+                queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
                 template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
                 noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
                 max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=bar.update,
+                params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
             )
         summary = summarise(run.labels, run.noise, seed=self.config.seed)
         summary["generator_calls"] = generator.generator_calls
         summary["cache_hits"] = generator.hits
         summary["seconds"] = round(time.perf_counter() - t0, 1)
+        if shard is not None:
+            self.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
+                     f"in {summary['seconds']:.1f}s; cache {self.cache_path} (no labels table written)")
+            return self.cache_path
         write_labels(run, summary, self.labels_dir)
         self.log(summary_markdown(summary))
         self.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
                  f"{summary['seconds']:.1f}s -> {out}")
         raise_for_failures(summary, tolerate)
         self._record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
-        del DecodingParams
         return out
+
+    @property
+    def features_dir(self) -> Path:
+        return Path("features") / self.config.name
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.workdir / "reports"
+
+    def _no_retrieval(self) -> list[str]:
+        return [a.name for a in self.pool.arms if a.is_no_retrieval]
+
+    def _need(self, stage: str, path: Path, producer: str) -> None:
+        if not path.exists():
+            raise NotBuiltError(f"stage {stage} needs {path}, the output of stage {producer}; run `ltrr run` (or `ltrr {producer}`) first")
+
+    def stage_features(self, *, force: bool = False) -> Path:
+        """Raw routing features of every (query, arm) -> features/<run>/ (Parquet + .npy)."""
+        from ltrr.features import extract_raw, write_feature_tables
+
+        self._need("features", self.results_path, "retrieve")
+        rec = self.stage_record("retrieve")
+        fp = _hash({"retrieve": json.loads(rec.read_text())["fingerprint"] if rec.exists() else None,
+                    "features": self.config.features})
+        out = self.features_dir / "raw.parquet"
+        if not force and self._fresh("features", fp, [out]):
+            self.log(f"[features] skipped: inputs unchanged, tables in {self.features_dir}")
+            return self.features_dir
+        t0 = time.perf_counter()
+        results = pd.read_parquet(self.results_path)
+        pool = self.pool.load(self.index_dir)
+        raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self._no_retrieval(),
+                          embedding_source=_embedding_source(pool), show_progress=True)
+        write_feature_tables(raw, self.features_dir)
+        dt = time.perf_counter() - t0
+        self._record("features", fp, dt, rows=len(raw))
+        self.log(f"[features] {len(raw)} (query, arm) rows in {dt:.1f}s ({len(raw) / max(dt, 1e-9):.0f} rows/s) -> {self.features_dir}")
+        return self.features_dir
+
+    def _inputs_for_training(self):
+        from ltrr.features import read_feature_tables
+
+        self._need("train", self.labels_dir / "labels.parquet", "label")
+        self._need("train", self.features_dir / "raw.parquet", "features")
+        labels = pd.read_parquet(self.labels_dir / "labels.parquet")
+        raw = read_feature_tables(self.features_dir)
+        return labels, raw
+
+    def _texts(self) -> pd.DataFrame:
+        results = pd.read_parquet(self.results_path)
+        t = results.groupby(["qid", "arm"], sort=False)["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
+        q = self.dataset.queries.set_index("qid")["question"]
+        rows = [(qid, arm) for qid in self.dataset.queries["qid"] for arm in self.pool.arm_names]
+        full = pd.DataFrame(rows, columns=["qid", "arm"]).merge(t, how="left", on=["qid", "arm"])
+        full["arm_text"] = full["arm_text"].fillna("")
+        full["query_text"] = full["qid"].map(q)
+        return full
+
+    def _router(self, name: str, ranker: str | None = None):
+        from ltrr.routers import routers
+
+        if ranker is not None:
+            from ltrr.routers.ltr import LTRRouter
+
+            params = self.config.train["params"].get(ranker, {}) if isinstance(self.config.train["params"].get(ranker), dict) else {}
+            return LTRRouter(ranker=ranker, ranker_params=params, features=self.config.features["set"],
+                             pool_config={"retrievers": self.config.retrievers, "rerankers": self.config.rerankers,
+                                          "arms": self.config.arms, "seed": self.config.seed},
+                             index_dir=str(self.index_dir), random_state=self.config.seed)
+        klass = routers.get(name)
+        if name == "random":
+            return klass(random_state=self.config.seed)
+        if name == "no-retrieval":
+            return klass(arm=self._no_retrieval()[0])
+        return klass()
+
+    def stage_train(self, ranker: str) -> Path:
+        """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>."""
+        labels, raw = self._inputs_for_training()
+        texts = self._texts() if ranker.startswith("transformer-") else None
+        t0 = time.perf_counter()
+        router = self._router("ltrr", ranker)
+        try:
+            router.fit(raw, labels, texts=texts)
+        except LtrrError as exc:
+            raise type(exc)(f"stage train: router {ranker!r} failed to train: {exc}") from None
+        out = router.save(self.workdir / "models" / ranker)
+        self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {time.perf_counter() - t0:.1f}s -> {out}")
+        return out
+
+    def stage_eval(self, *, force: bool = False) -> dict[str, Path]:
+        """Train every router on each split's train queries and compare them on its test queries."""
+        from ltrr.eval import evaluate_splits, make_splits, plots, write_report
+        from ltrr.eval.routing import utility_matrix
+
+        labels, raw = self._inputs_for_training()
+        ecfg, tcfg = self.config.eval, self.config.train
+        rankers = list(tcfg["rankers"] or DEFAULT_RANKERS)
+        fp = _hash({"labels": json.loads(self.stage_record("label").read_text())["fingerprint"] if self.stage_record("label").exists() else None,
+                    "features": json.loads(self.stage_record("features").read_text())["fingerprint"] if self.stage_record("features").exists() else None,
+                    "eval": ecfg, "train": tcfg, "seed": self.config.seed})
+        out = self.reports_dir / "results.csv"
+        if not force and self._fresh("eval", fp, [out]):
+            self.log(f"[eval] skipped: inputs unchanged, report in {self.reports_dir}")
+            return {"report": self.reports_dir / "eval.md"}
+        t0 = time.perf_counter()
+        U = utility_matrix(labels)
+        gains = utility_matrix(labels, value="norm_gain")
+        queries = self.dataset.queries[self.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
+        if queries.empty:
+            raise DataError("stage eval: no query has complete labels")
+        try:
+            splits = make_splits(queries, names=ecfg["splits"], test_size=ecfg["test_size"],
+                                 n_folds=ecfg["n_folds"], random_state=self.config.seed)
+        except LtrrError as exc:
+            raise type(exc)(f"stage eval: {exc}") from None
+        texts = self._texts() if any(r.startswith("transformer-") for r in rankers) else None
+        predictions: dict[str, dict] = {}
+        importances: dict[str, float] = {}
+        lab_idx = labels.set_index("qid")
+        from tqdm.auto import tqdm
+
+        for split in tqdm(splits, desc="eval splits", unit="split"):
+            train_raw, test_raw = raw.subset(split.train), raw.subset(split.test)
+            train_labels = lab_idx.loc[lab_idx.index.isin(split.train)].reset_index()
+            preds = {}
+            for name in (*TRAIN_FREE, "random", "no-retrieval"):
+                preds[name] = _wide(self._router(name).fit(train_raw, train_labels).route_scores(test_raw))
+            for rk in rankers:
+                router = self._router("ltrr", rk)
+                try:
+                    router.fit(train_raw, train_labels, texts=texts)
+                except LtrrError as exc:
+                    raise type(exc)(f"stage eval: router {rk!r} failed to train on split {split.name!r}: {exc}") from None
+                preds[f"ltrr:{rk}"] = _wide(router.route_scores(test_raw, texts=texts))
+                if split.name == "balanced" and rk == "lambdamart-listwise":
+                    importances = router.feature_importance()
+            predictions[split.name] = preds
+        nf = float("nan")
+        summary_path = self.labels_dir / "summary.json"
+        if summary_path.exists():
+            nf = json.loads(summary_path.read_text()).get("noise_floor", {}).get("share_of_headroom", float("nan"))
+        ev = evaluate_splits(U, splits, predictions, costs=self.pool.costs, no_retrieval=self._no_retrieval()[0],
+                             queries=queries, gains=gains, noise_floor=nf, correction=ecfg["correction"],
+                             k=ecfg["k"], n_resamples=ecfg["n_bootstrap"], random_state=self.config.seed)
+        paths = write_report(ev, self.reports_dir)
+        pdir = self.reports_dir / "plots"
+        paths["plot_utility"] = plots.plot_utility(ev.table, pdir / "utility.png")
+        paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png")
+        if not ev.by_type.empty:
+            paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / "per_type.png")
+        if importances:
+            paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / "feature_importance.png")
+        paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / "cost_utility.png")
+        self._record("eval", fp, time.perf_counter() - t0)
+        self.log(f"[eval] {len(splits)} splits x {len(predictions[splits[0].name])} routers in {time.perf_counter() - t0:.1f}s")
+        return paths
 
     def retrieval_report(self) -> pd.DataFrame | None:
         """Recall@k per query type and arm (needs qrels); written as Markdown and CSV."""
@@ -273,13 +456,45 @@ class Run:
         return out
 
 
+def _wide(scores: pd.DataFrame) -> pd.DataFrame:
+    """Router scores (qid, arm, score) as a qid x arm matrix."""
+    return scores.pivot(index="qid", columns="arm", values="score")
+
+
+def _embedding_source(pool):
+    """The stored document embeddings of the pool's first dense retriever, if any."""
+    from ltrr.retrieval.rerank import EmbeddingSource
+
+    for r in (getattr(pool, "retrievers_", None) or {}).values():
+        if hasattr(r, "doc_embeddings"):
+            return EmbeddingSource(r)
+    return None
+
+
 def _read_meta(folder: Path) -> dict:
     p = folder / "meta.json"
     return json.loads(p.read_text()) if p.exists() else {}
 
 
 def _stratified_sample(queries: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
-    """A seeded sample of ``n`` queries with every query type in proportion."""
-    frac = n / len(queries)
-    parts = [g.sample(n=max(1, round(len(g) * frac)), random_state=seed) for _, g in queries.groupby("qtype", sort=True)]
+    """A seeded sample of about ``n`` queries, the same number of each query type.
+
+    Types with fewer queries than their share give all they have, and the rest is spread over
+    the other types, so that every type can be held out with a test set of useful size.
+    """
+    groups = {t: g for t, g in queries.groupby("qtype", sort=True)}
+    quota = dict.fromkeys(groups, 0)
+    left = n
+    while left > 0:
+        open_types = [t for t in groups if quota[t] < len(groups[t])]
+        if not open_types:
+            break
+        share = max(1, left // len(open_types))
+        for t in open_types:
+            add = min(share, len(groups[t]) - quota[t], left)
+            quota[t] += add
+            left -= add
+            if left == 0:
+                break
+    parts = [groups[t].sample(n=quota[t], random_state=seed) for t in groups if quota[t]]
     return pd.concat(parts).sort_values("qid").reset_index(drop=True)

@@ -96,10 +96,10 @@ def test_index_search_run_on_tiny_dataset(env, capsys):
     assert "canberra" in out.splitlines()[0]
     assert main(["search", str(cfg), "--arm", "none", "capital of australia"]) == 0
     assert "retrieves nothing" in capsys.readouterr().out
-    assert main(["run", str(cfg)]) == 0
+    assert main(["run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
     assert "Recall@k" in out and (env / "run" / "retrieval" / "results.parquet").exists()
-    assert main(["run", str(cfg)]) == 0
+    assert main(["run", str(cfg), "--retrieval-only"]) == 0
     assert "[retrieve] skipped: inputs unchanged" in capsys.readouterr().out
 
 

@@ -1,0 +1,606 @@
+"""Feature sets and the fitted transform from raw features to a model's feature matrix.
+
+A feature set (`FeatureSpec`) is a small TOML file: which pre- and post-retrieval features to
+use, the PCA size of the query embedding, and the arm-indicator options::
+
+    name = "paper"
+    version = 1
+    description = "..."
+    pre = ["query_embedding", "query_length", "query_type"]
+    post = ["overall_sim", "avg_sim", "max_sim", "var_sim", "moran", "cross_ret_sim"]
+    pca_dim = 32
+
+    [arm_indicator]
+    missing = true    # a 0/1 column "no_passages": the arm has no passages for the query
+    one_hot = false   # one 0/1 column "arm=<name>" per arm seen at fit
+
+Specs are found by name (`load_spec`): a path to a ``.toml`` file, else a file shipped in the
+package's ``feature_specs`` folder (``paper``, ``pre_only``, ``post_only``, ``no_moran``,
+``no_cross``, ``paper_onehot``; `available_specs`).
+
+Arm indicators (default of ``paper``: ``missing = true``, ``one_hot = false``). The
+``no_passages`` column is what lets a model tell the no-retrieval arm (whose post-retrieval
+features are imputed with training medians, so look like an average retrieval arm) from the
+others. One-hot arm identity is off by default because it ties a model to the arms it was
+trained on and lets it learn "arm X is usually best" instead of reading the evidence of the
+features; the paper's features describe an arm only through its results. Turn it on
+(``paper_onehot``) to give a model a per-arm prior.
+
+`FeaturePipeline` fits, on training rows only, the PCA of the query embeddings, the
+standardiser of the query length and the median imputer of the post-retrieval features, then
+maps any raw table to ``X``. Its fitted state is plain arrays, saved as JSON plus ``.npy``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr._version import __version__
+from ltrr.features.extract import (
+    BOOK_COLUMNS,
+    KEY_COLUMNS,
+    POST_COLUMNS,
+    RAW_VERSION,
+    RawFeatures,
+)
+
+__all__ = [
+    "PRE_FEATURES",
+    "POST_FEATURES",
+    "FeatureSpec",
+    "load_spec",
+    "available_specs",
+    "FeaturePipeline",
+]
+
+PRE_FEATURES = ("query_embedding", "query_length", "query_type")
+POST_FEATURES = POST_COLUMNS
+FORMAT_VERSION = 1
+META_FILE = "pipeline.json"
+SPEC_KEYS = ("name", "version", "description", "pre", "post", "pca_dim", "arm_indicator")
+INDICATOR_KEYS = ("missing", "one_hot")
+MISSING_COLUMN = "no_passages"
+
+
+def _spec_dir():
+    return importlib.resources.files("ltrr") / "feature_specs"
+
+
+def available_specs() -> list[str]:
+    """Names of the feature sets shipped with ltrr."""
+    d = _spec_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.name[: -len(".toml")] for p in d.iterdir() if p.name.endswith(".toml"))
+
+
+def _check_list(where: str, value: Any, choices: tuple[str, ...]) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"{where} must be a list of feature names; choose from: {', '.join(choices)}"
+        )
+    out = []
+    for v in value:
+        if v not in choices:
+            raise ConfigError(f"{where}: unknown feature {v!r}; choose from: {', '.join(choices)}")
+        if v in out:
+            raise ConfigError(f"{where}: feature {v!r} is listed twice")
+        out.append(v)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """A named, versioned feature set.
+
+    Parameters
+    ----------
+    name : str
+    version : int
+        Bump it when the set's meaning changes; a saved pipeline records it.
+    pre : tuple of str
+        Pre-retrieval features, from `PRE_FEATURES`.
+    post : tuple of str
+        Post-retrieval features, from `POST_FEATURES`.
+    pca_dim : int
+        Components kept of the query embedding (used with ``query_embedding``).
+    missing_indicator : bool
+        Add the ``no_passages`` column.
+    one_hot_arms : bool
+        Add one ``arm=<name>`` column per arm seen at fit.
+    description : str
+
+    Examples
+    --------
+    >>> spec = FeatureSpec.from_dict({"name": "tiny", "version": 1, "pre": ["query_length"],
+    ...                               "post": ["max_sim"]})
+    >>> spec.post, spec.pca_dim, spec.missing_indicator
+    (('max_sim',), 32, True)
+    """
+
+    name: str
+    version: int
+    pre: tuple[str, ...]
+    post: tuple[str, ...]
+    pca_dim: int = 32
+    missing_indicator: bool = True
+    one_hot_arms: bool = False
+    description: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Any, *, where: str = "feature spec") -> FeatureSpec:
+        """Validate a mapping (a parsed TOML file); bad keys or values raise `ConfigError`."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where} must be a table/mapping, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(SPEC_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(SPEC_KEYS)}"
+            )
+        for key in ("name", "version", "pre", "post"):
+            if key not in d:
+                raise ConfigError(f"{where}: key {key!r} is missing")
+        name = d["name"]
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{where}: name must be a non-empty string, got {name!r}")
+        version = d["version"]
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ConfigError(f"{where}: version must be a positive integer, got {version!r}")
+        pre = _check_list(f"{where}: pre", d["pre"], PRE_FEATURES)
+        post = _check_list(f"{where}: post", d["post"], POST_FEATURES)
+        pca_dim = d.get("pca_dim", 32)
+        if isinstance(pca_dim, bool) or not isinstance(pca_dim, int) or pca_dim < 1:
+            raise ConfigError(f"{where}: pca_dim must be a positive integer, got {pca_dim!r}")
+        ind = d.get("arm_indicator", {})
+        if not isinstance(ind, dict):
+            raise ConfigError(
+                f"{where}: arm_indicator must be a table with keys {', '.join(INDICATOR_KEYS)}"
+            )
+        bad = sorted(set(ind) - set(INDICATOR_KEYS))
+        if bad:
+            raise ConfigError(
+                f"{where}: unknown key arm_indicator.{bad[0]}; allowed keys: {', '.join(INDICATOR_KEYS)}"
+            )
+        for key in INDICATOR_KEYS:
+            if key in ind and not isinstance(ind[key], bool):
+                raise ConfigError(
+                    f"{where}: arm_indicator.{key} must be true or false, got {ind[key]!r}"
+                )
+        description = d.get("description", "")
+        if not isinstance(description, str):
+            raise ConfigError(f"{where}: description must be a string")
+        spec = cls(
+            name=name,
+            version=version,
+            pre=pre,
+            post=post,
+            pca_dim=pca_dim,
+            missing_indicator=ind.get("missing", True),
+            one_hot_arms=ind.get("one_hot", False),
+            description=description,
+        )
+        if not spec.pre and not spec.post and not spec.one_hot_arms:
+            raise ConfigError(f"{where}: the feature set is empty; list features under pre or post")
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "pre": list(self.pre),
+            "post": list(self.post),
+            "pca_dim": self.pca_dim,
+            "arm_indicator": {"missing": self.missing_indicator, "one_hot": self.one_hot_arms},
+        }
+
+    @property
+    def raw_columns(self) -> list[str]:
+        """Columns of the raw table this set reads."""
+        cols = [*KEY_COLUMNS, *BOOK_COLUMNS]
+        cols += [c for c in self.pre if c != "query_embedding"]
+        return cols + list(self.post)
+
+
+def _parse_toml(text: str, where: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML ({exc})") from None
+
+
+def load_spec(spec: Any = "paper") -> FeatureSpec:
+    """A `FeatureSpec` from a spec, a mapping, a ``.toml`` path, or a shipped set's name.
+
+    A string is looked up (1) as a file path, (2) as ``<name>.toml`` in the package's
+    ``feature_specs`` folder. An unknown name raises `ConfigError` listing the shipped sets.
+    """
+    if isinstance(spec, FeatureSpec):
+        return spec
+    if isinstance(spec, dict):
+        return FeatureSpec.from_dict(spec)
+    if not isinstance(spec, (str, Path)):
+        raise ConfigError(
+            f"feature set must be a name, a .toml path or a mapping, got {type(spec).__name__}"
+        )
+    p = Path(spec)
+    if p.is_file():
+        return FeatureSpec.from_dict(
+            _parse_toml(p.read_text(encoding="utf-8"), str(p)), where=str(p)
+        )
+    if p.suffix == ".toml" or os.sep in str(spec) or "/" in str(spec):
+        raise ConfigError(f"feature set file {str(spec)!r} does not exist")
+    res = _spec_dir() / f"{spec}.toml"
+    if not res.is_file():
+        raise ConfigError(
+            f"unknown feature set {str(spec)!r}; choose one of: {', '.join(available_specs())}, "
+            "or give a path to a .toml file"
+        )
+    return FeatureSpec.from_dict(
+        _parse_toml(res.read_text(encoding="utf-8"), f"<feature set {spec}>"),
+        where=f"feature set {spec!r}",
+    )
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class FeaturePipeline(TransformerMixin, BaseEstimator):
+    """Raw features -> feature matrix, with every learnt statistic fit on training rows only.
+
+    Columns, in this order (those the feature set selects):
+
+    - ``q_pca_0 .. q_pca_{d-1}``: the query embedding projected on the first ``d`` principal
+      components of the *training* queries' embeddings (``d = min(pca_dim, n_train_queries,
+      dim)``);
+    - ``query_length``: standardised with the training queries' mean and standard deviation;
+    - ``query_type``: 0/1 as extracted;
+    - the post-retrieval features, with NaN replaced by the training rows' median when
+      ``impute`` (a feature with no value in training gets 0);
+    - ``no_passages`` (1 when the arm has no passages: the no-retrieval arm) and ``arm=<name>``
+      columns, as the feature set's ``arm_indicator`` says.
+
+    Parameters
+    ----------
+    spec : str, path, mapping or FeatureSpec
+        The feature set (`load_spec`); ``"paper"`` by default.
+    pca_dim : int or None
+        Overrides the feature set's ``pca_dim`` (None: use the set's; ``paper``: 32).
+    impute : bool
+        Impute NaN post-retrieval features (for tree and linear rankers). With False, NaN is
+        kept for rankers that learn their own fill value (neural rankers, ``missing="learned"``).
+    svd_solver : str
+        PCA solver (`sklearn.decomposition.PCA`); the exact ``"full"`` SVD is deterministic.
+    random_state : int or None
+        Seed of the randomised PCA solvers (``svd_solver="randomized"`` or ``"arpack"``).
+
+    Attributes
+    ----------
+    spec_ : FeatureSpec
+    pca_mean_, pca_components_ : ndarray
+        PCA centre and components (empty when the set has no query embedding).
+    length_mean_, length_scale_ : float
+    impute_values_ : ndarray
+        Per post-retrieval feature median of the training rows (empty when not imputing).
+    arms_ : list of str
+        Arms of the training data (the one-hot columns).
+    feature_names_out_ : ndarray of str
+    encoder_ : str
+        Encoder of the training query embeddings; transform refuses raw features of another.
+
+    Examples
+    --------
+    >>> pipe = FeaturePipeline("paper").fit(raw.subset(train_qids))  # doctest: +SKIP
+    >>> X_test = pipe.transform(raw.subset(test_qids))  # doctest: +SKIP
+    >>> pipe.save("runs/demo/features/pipeline")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        spec: Any = "paper",
+        *,
+        pca_dim: int | None = None,
+        impute: bool = True,
+        svd_solver: str = "full",
+        random_state: int | None = None,
+    ):
+        self.spec = spec
+        self.pca_dim = pca_dim
+        self.impute = impute
+        self.svd_solver = svd_solver
+        self.random_state = random_state
+
+    # ---- validation --------------------------------------------------------------------
+    def _resolved_spec(self) -> FeatureSpec:
+        spec = load_spec(self.spec)
+        if self.pca_dim is not None:
+            if (
+                isinstance(self.pca_dim, bool)
+                or not isinstance(self.pca_dim, (int, np.integer))
+                or self.pca_dim < 1
+            ):
+                raise ConfigError(
+                    f"FeaturePipeline: pca_dim must be a positive integer or None, got {self.pca_dim!r}"
+                )
+            spec = FeatureSpec(**{**spec.__dict__, "pca_dim": int(self.pca_dim)})
+        if not isinstance(self.impute, bool):
+            raise ConfigError(f"FeaturePipeline: impute must be True or False, got {self.impute!r}")
+        return spec
+
+    @staticmethod
+    def _check_raw(raw: Any, spec: FeatureSpec) -> RawFeatures:
+        if not isinstance(raw, RawFeatures):
+            raise DataError(
+                f"FeaturePipeline takes RawFeatures (ltrr.features.extract_raw), got {type(raw).__name__}"
+            )
+        raw.check_columns(spec.raw_columns)
+        version = raw.meta.get("version")
+        if version != RAW_VERSION:
+            raise DataError(
+                f"raw features were extracted with feature version {version!r} but this ltrr "
+                f"computes version {RAW_VERSION}; re-extract them (`ltrr features CONFIG`)"
+            )
+        if len(raw.table) == 0:
+            raise DataError("the raw feature table has no rows")
+        return raw
+
+    # ---- fit / transform ---------------------------------------------------------------
+    def fit(self, raw: RawFeatures, y=None):
+        """Fit PCA, standardiser and imputer on the rows of ``raw`` (training rows only)."""
+        spec = self._resolved_spec()
+        raw = self._check_raw(raw, spec)
+        table = raw.table
+        train_qids = pd.unique(table["qid"].astype(str))
+        self.pca_mean_ = np.zeros(0)
+        self.pca_components_ = np.zeros((0, 0))
+        if "query_embedding" in spec.pre:
+            from sklearn.decomposition import PCA
+
+            E = np.asarray(raw.embeddings_for(train_qids), dtype=np.float64)
+            if len(E) < 2:
+                raise DataError("the query-embedding PCA needs at least two training queries")
+            n_comp = min(spec.pca_dim, len(E), E.shape[1])
+            pca = PCA(
+                n_components=n_comp, svd_solver=self.svd_solver, random_state=self.random_state
+            )
+            pca.fit(E)
+            # Plain arrays, not the sklearn object: they save as .npy and transform identically
+            # after load whatever the sklearn version.
+            self.pca_mean_ = pca.mean_.astype(np.float64)
+            self.pca_components_ = pca.components_.astype(np.float64)
+        self.length_mean_, self.length_scale_ = 0.0, 1.0
+        if "query_length" in spec.pre:
+            from sklearn.preprocessing import StandardScaler
+
+            per_query = table.drop_duplicates("qid")["query_length"].to_numpy(np.float64)
+            scaler = StandardScaler().fit(per_query[:, None])
+            self.length_mean_ = float(scaler.mean_[0])
+            self.length_scale_ = float(scaler.scale_[0])
+        self.impute_values_ = np.zeros(0)
+        if self.impute and spec.post:
+            from sklearn.impute import SimpleImputer
+
+            P = table[list(spec.post)].to_numpy(np.float64)
+            imp = SimpleImputer(strategy="median", keep_empty_features=True).fit(P)
+            self.impute_values_ = np.asarray(imp.statistics_, dtype=np.float64)
+        self.arms_ = [str(a) for a in raw.arms]
+        self.encoder_ = str(raw.meta.get("encoder", ""))
+        self.raw_version_ = RAW_VERSION
+        self.spec_ = spec
+        self.feature_names_out_ = np.asarray(self._names(), dtype=object)
+        self.n_features_out_ = len(self.feature_names_out_)
+        return self
+
+    def _names(self) -> list[str]:
+        spec = self.spec_ if hasattr(self, "spec_") else self._resolved_spec()
+        names: list[str] = []
+        for f in spec.pre:
+            if f == "query_embedding":
+                names += [f"q_pca_{i}" for i in range(len(self.pca_components_))]
+            else:
+                names.append(f)
+        names += list(spec.post)
+        if spec.missing_indicator:
+            names.append(MISSING_COLUMN)
+        if spec.one_hot_arms:
+            names += [f"arm={a}" for a in self.arms_]
+        return names
+
+    def transform(self, raw: RawFeatures) -> np.ndarray:
+        """The feature matrix, one row per row of ``raw.table`` (same order), float64."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "feature_names_out_")
+        spec = self.spec_
+        raw = self._check_raw(raw, spec)
+        enc = str(raw.meta.get("encoder", ""))
+        if "query_embedding" in spec.pre and enc != self.encoder_:
+            raise DataError(
+                f"raw features use encoder {enc!r} but the pipeline was fit on {self.encoder_!r}; "
+                "extract them with the same encoder"
+            )
+        table = raw.table
+        qids = table["qid"].astype(str).to_numpy()
+        blocks: list[np.ndarray] = []
+        for f in spec.pre:
+            if f == "query_embedding":
+                uq, inv = np.unique(qids, return_inverse=True)
+                E = np.asarray(raw.embeddings_for(uq), dtype=np.float64)
+                Z = (E - self.pca_mean_) @ self.pca_components_.T
+                blocks.append(Z[inv])
+            elif f == "query_length":
+                v = table["query_length"].to_numpy(np.float64)
+                blocks.append(((v - self.length_mean_) / self.length_scale_)[:, None])
+            else:
+                blocks.append(table[f].to_numpy(np.float64)[:, None])
+        if spec.post:
+            P = table[list(spec.post)].to_numpy(np.float64).copy()
+            if self.impute:
+                nan = np.isnan(P)
+                P[nan] = np.broadcast_to(self.impute_values_, P.shape)[nan]
+            blocks.append(P)
+        if spec.missing_indicator:
+            blocks.append((table["n_docs"].to_numpy() == 0).astype(np.float64)[:, None])
+        if spec.one_hot_arms:
+            arms = table["arm"].astype(str).to_numpy()
+            blocks.append(np.stack([(arms == a) for a in self.arms_], axis=1).astype(np.float64))
+        return np.ascontiguousarray(np.hstack(blocks), dtype=np.float64)
+
+    def transform_frame(self, raw: RawFeatures) -> pd.DataFrame:
+        """`transform` as a DataFrame with ``qid`` and ``arm`` first, then the named features."""
+        X = self.transform(raw)
+        out = pd.DataFrame(X, columns=list(self.feature_names_out_))
+        out.insert(0, "arm", raw.table["arm"].astype(str).to_numpy())
+        out.insert(0, "qid", raw.table["qid"].astype(str).to_numpy())
+        return out
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        """Names of the columns of `transform`'s output."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "feature_names_out_")
+        return self.feature_names_out_.copy()
+
+    # ---- persistence -------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Save the fitted pipeline into folder ``path``: ``pipeline.json`` plus ``.npy`` arrays.
+
+        The arrays are staged, then moved in; ``pipeline.json`` is written last, so an
+        interrupted save leaves no loadable half-pipeline.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "feature_names_out_")
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise DataError(f"{path} is a file; save a feature pipeline into a folder")
+        path.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=".pipeline-", dir=path))
+        try:
+            arrays = {
+                "pca_mean.npy": self.pca_mean_,
+                "pca_components.npy": self.pca_components_,
+                "impute_values.npy": self.impute_values_,
+            }
+            files = {}
+            for name, arr in arrays.items():
+                np.save(stage / name, np.asarray(arr, dtype=np.float64), allow_pickle=False)
+                files[name] = _sha256(stage / name)
+            (path / META_FILE).unlink(missing_ok=True)
+            for name in files:
+                os.replace(stage / name, path / name)
+            meta = {
+                "class": type(self).__name__,
+                "format_version": FORMAT_VERSION,
+                "ltrr_version": __version__,
+                "raw_version": self.raw_version_,
+                "spec": self.spec_.to_dict(),
+                "params": {
+                    "pca_dim": self.pca_dim,
+                    "impute": self.impute,
+                    "svd_solver": self.svd_solver,
+                    "random_state": self.random_state,
+                },
+                "fitted": {
+                    "length_mean": self.length_mean_,
+                    "length_scale": self.length_scale_,
+                    "arms": self.arms_,
+                    "encoder": self.encoder_,
+                    "feature_names_out": [str(n) for n in self.feature_names_out_],
+                },
+                "files": files,
+            }
+            tmp = path / (META_FILE + ".tmp")
+            tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            os.replace(tmp, path / META_FILE)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, *, spec: Any = None) -> FeaturePipeline:
+        """Load a pipeline saved by `save`.
+
+        With ``spec`` (a feature-set name, path or `FeatureSpec`), the saved set must have the
+        same name and version, else `DataError`; a pipeline saved for another raw-feature
+        version, a damaged file or a changed array also raise `DataError`.
+        """
+        path = Path(path)
+        meta_file = path / META_FILE
+        if not meta_file.is_file():
+            raise NotBuiltError(
+                f"{path}: no {META_FILE}; fit and save a FeaturePipeline there first"
+            )
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{meta_file}: not valid JSON ({exc}); the file is damaged") from None
+        if meta.get("class") != cls.__name__ or meta.get("format_version") != FORMAT_VERSION:
+            raise DataError(
+                f"{meta_file}: a {meta.get('class')!r} of format version {meta.get('format_version')!r}; "
+                f"this ltrr reads {cls.__name__} format version {FORMAT_VERSION}"
+            )
+        if meta.get("raw_version") != RAW_VERSION:
+            raise DataError(
+                f"{path}: the pipeline was fit on raw feature version {meta.get('raw_version')!r}, this "
+                f"ltrr extracts version {RAW_VERSION}; refit it on newly extracted features"
+            )
+        saved = FeatureSpec.from_dict(meta["spec"], where=f"{meta_file} spec")
+        if spec is not None:
+            want = load_spec(spec)
+            if (want.name, want.version) != (saved.name, saved.version):
+                raise DataError(
+                    f"{path}: feature set mismatch: the pipeline was fit with {saved.name!r} version "
+                    f"{saved.version}, expected {want.name!r} version {want.version}; refit it"
+                )
+        arrays = {}
+        for name, digest in meta["files"].items():
+            f = path / name
+            if not f.is_file():
+                raise DataError(f"{path}: missing {name}; the saved pipeline is incomplete")
+            if _sha256(f) != digest:
+                raise DataError(f"{f}: checksum mismatch; the file changed since it was saved")
+            arrays[name] = np.load(f, allow_pickle=False)
+        p = meta["params"]
+        obj = cls(
+            saved,
+            pca_dim=p["pca_dim"],
+            impute=p["impute"],
+            svd_solver=p["svd_solver"],
+            random_state=p["random_state"],
+        )
+        fitted = meta["fitted"]
+        obj.spec_ = saved
+        obj.pca_mean_ = arrays["pca_mean.npy"]
+        obj.pca_components_ = arrays["pca_components.npy"]
+        obj.impute_values_ = arrays["impute_values.npy"]
+        obj.length_mean_ = float(fitted["length_mean"])
+        obj.length_scale_ = float(fitted["length_scale"])
+        obj.arms_ = [str(a) for a in fitted["arms"]]
+        obj.encoder_ = str(fitted["encoder"])
+        obj.raw_version_ = meta["raw_version"]
+        obj.feature_names_out_ = np.asarray(fitted["feature_names_out"], dtype=object)
+        obj.n_features_out_ = len(obj.feature_names_out_)
+        if list(obj._names()) != list(fitted["feature_names_out"]):
+            raise DataError(
+                f"{meta_file}: the saved feature names do not match the saved state; the file is damaged"
+            )
+        return obj

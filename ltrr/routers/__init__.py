@@ -1,0 +1,51 @@
+"""Routers: pick the arm (retriever, or no retrieval) for each query.
+
+Every router scores the arms of each query (``route_scores``: ``DataFrame[qid, arm, score]``,
+higher is better); ``ranking`` and ``choose`` derive the order and the best arm, ties broken
+by arm order. Routers are found by name in `routers`; the train-free ones (``overallsim``,
+``avgsim``, ``maxsim``, ``varsim``, ``moran``) are in `ltrr.routers.trainfree`.
+
+Examples
+--------
+>>> from ltrr.routers import routers
+>>> {"overallsim", "avgsim", "maxsim", "varsim", "moran"} <= set(routers.names())
+True
+"""
+
+from ltrr.routers.ltr import LTRRouter  # noqa: E402
+from ltrr.routers.reference import (  # noqa: E402  (registers the reference routers)
+    BestSingleRouter,
+    NoRetrievalRouter,
+    OracleRouter,
+    RandomRouter,
+)
+from ltrr.routers.trainfree import (
+    AvgSimRouter,
+    FeatureRouter,
+    MaxSimRouter,
+    MoranRouter,
+    OverallSimRouter,
+    Router,
+    VarSimRouter,
+    arm_order,
+    rank_scores,
+    routers,
+)
+
+__all__ = [
+    "LTRRouter",
+    "OracleRouter",
+    "BestSingleRouter",
+    "RandomRouter",
+    "NoRetrievalRouter",
+    "Router",
+    "FeatureRouter",
+    "OverallSimRouter",
+    "AvgSimRouter",
+    "MaxSimRouter",
+    "VarSimRouter",
+    "MoranRouter",
+    "routers",
+    "arm_order",
+    "rank_scores",
+]

@@ -1,0 +1,279 @@
+"""LTRRouter: the pool, the feature pipeline and a learning-to-rank model, end to end.
+
+Training: raw features of the training queries (`ltrr.features.extract_raw`) are turned into a
+feature matrix by a `FeaturePipeline` fit on those queries only, and a ranker from
+`ltrr.rankers` learns to score each (query, arm) by its normalised utility gain. Routing a new
+question runs the pool, extracts the same features and ranks the arms by predicted gain.
+
+Saved as one folder: ``router.json`` (pool config, ranker name, feature set, versions), the
+feature pipeline (``features/``) and the ranker in its library's own format (``ranker/``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.exceptions import NotFittedError
+
+from ltrr._errors import DataError, NotBuiltError
+from ltrr._version import __version__
+from ltrr.routers.reference import _frame
+from ltrr.routers.trainfree import Router, routers
+
+__all__ = ["LTRRouter", "ROUTER_FORMAT"]
+
+ROUTER_FORMAT = 1
+_TEXT_RANKERS = ("transformer-pointwise", "transformer-pairwise", "transformer-listwise")
+# rankers that take NaN features and learn their own fill value (no imputation)
+_LEARNED_MISSING = ("ffn-pointwise", "ffn-pairwise", "listnet-listwise")
+
+
+@routers.register("ltrr")
+class LTRRouter(Router):
+    """Learning-to-rank router over any pool of arms.
+
+    Parameters
+    ----------
+    ranker : str
+        Registry name of the ranker (`ltrr.rankers.rankers`), e.g. ``"lambdamart-listwise"``.
+    ranker_params : dict, optional
+        Hyper-parameters of the ranker.
+    features : str
+        Feature set name or path (``features/*.toml``; ``"paper"`` by default).
+    label : str
+        Label column the ranker learns (``"norm_gain"``: per-query min-max normalised gain).
+    pool_config : dict, optional
+        ``{"retrievers", "rerankers", "arms", "seed"}``: needed only by `route`/`answer`.
+    index_dir : str, optional
+        Where the pool's indexes are (``ltrr index``); needed only by `route`/`answer`.
+    random_state : int
+        Seed of the ranker and the feature pipeline.
+
+    Examples
+    --------
+    >>> router = LTRRouter(ranker="xgboost-pairwise", random_state=0)  # doctest: +SKIP
+    >>> router.fit(raw_train, labels_train).route_scores(raw_test)  # doctest: +SKIP
+    """
+
+    name = "ltrr"
+
+    def __init__(
+        self,
+        *,
+        ranker: str = "lambdamart-listwise",
+        ranker_params: dict | None = None,
+        features: str = "paper",
+        label: str = "norm_gain",
+        pool_config: dict | None = None,
+        index_dir: str | None = None,
+        random_state: int = 0,
+    ):
+        self.ranker = ranker
+        self.ranker_params = ranker_params
+        self.features = features
+        self.label = label
+        self.pool_config = pool_config
+        self.index_dir = index_dir
+        self.random_state = random_state
+
+    # ---- data assembly -------------------------------------------------------------------
+    def _make_ranker(self):
+        from ltrr.rankers import rankers
+
+        klass = rankers.get(self.ranker)
+        params = dict(self.ranker_params or {})
+        if "random_state" in klass().get_params():
+            params.setdefault("random_state", self.random_state)
+        return klass(**params)
+
+    def _matrix(self, raw, texts: pd.DataFrame | None):
+        X = self.pipeline_.transform(raw)
+        if self.ranker not in _TEXT_RANKERS:
+            return X
+        from ltrr.rankers.transformer import ARM_COLUMN, QUERY_COLUMN
+
+        if texts is None:
+            raise DataError(f"ranker {self.ranker!r} reads text: pass texts (qid, arm, query_text, arm_text)")
+        frame = pd.DataFrame(X, columns=list(self.pipeline_.get_feature_names_out()))
+        key = raw.table[["qid", "arm"]].astype(str)
+        t = texts.astype({"qid": str, "arm": str}).set_index(["qid", "arm"])
+        idx = pd.MultiIndex.from_frame(key)
+        frame.insert(0, QUERY_COLUMN, t["query_text"].reindex(idx).fillna("").to_numpy())
+        frame.insert(1, ARM_COLUMN, t["arm_text"].reindex(idx).fillna("").to_numpy())
+        return frame
+
+    # ---- fit / route ---------------------------------------------------------------------
+    def fit(self, raw: Any = None, labels: pd.DataFrame | None = None, *, texts: pd.DataFrame | None = None) -> LTRRouter:
+        """Fit the feature pipeline and the ranker on training queries.
+
+        Parameters
+        ----------
+        raw : RawFeatures
+            Raw features of the training queries.
+        labels : DataFrame
+            Long labels (qid, arm, ``label`` column, failed); failed or incomplete queries are
+            left out.
+        texts : DataFrame, optional
+            ``qid, arm, query_text, arm_text`` for the transformer rankers.
+        """
+        from ltrr.features import FeaturePipeline
+
+        if raw is None or labels is None:
+            raise DataError("LTRRouter.fit needs raw features and labels")
+        if self.label not in labels.columns:
+            raise DataError(f"labels table has no column {self.label!r}")
+        lab = labels.copy()
+        lab["qid"] = lab["qid"].astype(str)
+        lab["arm"] = lab["arm"].astype(str)
+        if "failed" in lab.columns:
+            # a query with a failed generation has no gains: it is left out, as in labelling
+            lab = lab[~lab["qid"].isin(set(lab.loc[lab["failed"].astype(bool), "qid"]))]
+        if lab[self.label].isna().any():
+            raise DataError(f"labels column {self.label!r} has NaN for queries that did not fail; relabel them")
+        keep = sorted(set(lab["qid"]) & set(map(str, raw.qids)))
+        if not keep:
+            raise DataError("LTRRouter.fit: no query has both raw features and complete labels")
+        raw = raw.subset(keep)
+        y_map = lab.set_index(["qid", "arm"])[self.label]
+        idx = pd.MultiIndex.from_frame(raw.table[["qid", "arm"]].astype(str))
+        y = y_map.reindex(idx).to_numpy(dtype=float)
+        if np.isnan(y).any():
+            missing = raw.table.loc[np.isnan(y), ["qid", "arm"]].iloc[0].tolist()
+            raise DataError(f"labels lack the (qid, arm) pair {missing} that the raw features have")
+        self.pipeline_ = FeaturePipeline(self.features, impute=self.ranker not in _LEARNED_MISSING,
+                                         random_state=self.random_state).fit(raw)
+        X = self._matrix(raw, texts)
+        self.ranker_ = self._make_ranker().fit(X, y, qid=raw.table["qid"].astype(str).to_numpy())
+        self.arms_ = list(raw.arms)
+        self.no_retrieval_ = list(raw.no_retrieval)
+        self.n_train_queries_ = len(keep)
+        return self
+
+    def route_scores(self, raw: Any, *, texts: pd.DataFrame | None = None) -> pd.DataFrame:
+        if not hasattr(self, "ranker_"):
+            raise NotFittedError("LTRRouter is not fitted; call fit(raw, labels) or LTRRouter.load(folder)")
+        unknown = sorted(set(raw.arms) ^ set(self.arms_))
+        if unknown:
+            raise DataError(f"the router was trained on arms {self.arms_}, not {list(raw.arms)}")
+        scores = np.asarray(self.ranker_.predict(self._matrix(raw, texts)), dtype=float)
+        return _frame(raw.table, scores)
+
+    def feature_importance(self) -> dict[str, float]:
+        """Importances of the GBDT rankers (gain), by feature name; empty for others."""
+        est = getattr(self.ranker_, "booster_", None) or getattr(self.ranker_, "model_", None)
+        names = list(self.pipeline_.get_feature_names_out())
+        for attr in ("feature_importances_",):
+            for obj in (self.ranker_, getattr(self.ranker_, "model_", None), est):
+                v = getattr(obj, attr, None) if obj is not None else None
+                if v is not None and len(v) == len(names):
+                    return {n: float(x) for n, x in zip(names, v, strict=True)}
+        return {}
+
+    # ---- end-to-end use ------------------------------------------------------------------
+    def _pool(self):
+        if getattr(self, "_pool_obj", None) is None:
+            from ltrr.retrieval import Pool
+
+            if not self.pool_config or not self.index_dir:
+                raise NotBuiltError("this router has no pool config/index dir; train it with `ltrr train`")
+            pc = self.pool_config
+            pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
+            self._pool_obj = pool.load(self.index_dir)
+        return self._pool_obj
+
+    def route(self, question: str) -> pd.DataFrame:
+        """Rank the arms for one question: DataFrame[arm, score, rank], best first."""
+        from ltrr.features import extract_raw
+
+        pool = self._pool()
+        q = pd.DataFrame({"qid": ["q0"], "question": [question]})
+        results = pool.search(q)
+        from ltrr.pipeline import _embedding_source
+
+        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=_embedding_source(pool),
+                          no_retrieval=[a.name for a in pool.arms if a.is_no_retrieval])
+        texts = results.groupby(["qid", "arm"])["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
+        texts["query_text"] = question
+        ranking = self.ranking(raw) if self.ranker not in _TEXT_RANKERS else None
+        if ranking is None:
+            from ltrr.routers.trainfree import rank_scores
+
+            ranking = rank_scores(self.route_scores(raw, texts=texts), list(raw.arms))
+        self._last_results = results
+        return ranking[["arm", "score", "rank"]].reset_index(drop=True)
+
+    def answer(self, question: str, generator=None, *, template: str = "short_answer") -> dict:
+        """Route, then answer with the top arm's passages (closed-book for no retrieval)."""
+        from ltrr.generation import answer_with_fallback, make_generator
+
+        ranking = self.route(question)
+        arm = str(ranking["arm"].iloc[0])
+        res = self._last_results
+        passages = res[res["arm"] == arm].sort_values("rank")["text"].tolist()
+        gen = generator or make_generator({})
+        out = answer_with_fallback(gen, template, question, passages or None)
+        return {"arm": arm, "answer": out.answer, "passages": passages, "ranking": ranking, "error": out.error}
+
+    # ---- persistence ---------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Save pipeline, ranker and config into folder ``path`` (router.json written last)."""
+        if not hasattr(self, "ranker_"):
+            raise NotFittedError("LTRRouter is not fitted")
+        from ltrr.features.pipeline import load_spec
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.pipeline_.save(path / "features")
+        self.ranker_.save(path / "ranker")
+        meta = {
+            "format": ROUTER_FORMAT,
+            "ltrr_version": __version__,
+            "params": self.get_params(),
+            "feature_set": load_spec(self.features).to_dict(),
+            "feature_names": [str(n) for n in self.pipeline_.get_feature_names_out()],
+            "arms": self.arms_,
+            "no_retrieval": self.no_retrieval_,
+            "n_train_queries": self.n_train_queries_,
+        }
+        tmp = path / "router.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path / "router.json")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> LTRRouter:
+        """Load a router saved by `save`; another format version or feature set is an error."""
+        from ltrr.features import FeaturePipeline
+        from ltrr.features.pipeline import load_spec
+        from ltrr.rankers.base import BaseRanker
+
+        path = Path(path)
+        meta_file = path / "router.json"
+        if not meta_file.is_file():
+            raise NotBuiltError(f"{path}: no router.json; train a router with `ltrr train CONFIG --ranker NAME`")
+        try:
+            meta = json.loads(meta_file.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{meta_file}: not valid JSON ({exc})") from None
+        if meta.get("format") != ROUTER_FORMAT:
+            raise DataError(f"{path}: router saved in format {meta.get('format')} by ltrr {meta.get('ltrr_version')}; "
+                            f"this ltrr ({__version__}) reads format {ROUTER_FORMAT}: retrain it")
+        router = cls(**meta["params"])
+        current = load_spec(router.features).to_dict()
+        if current != meta["feature_set"]:
+            raise DataError(f"{path}: the router was trained with another version of feature set "
+                            f"{router.features!r}; retrain it with `ltrr train`")
+        router.pipeline_ = FeaturePipeline.load(path / "features")
+        names = [str(n) for n in router.pipeline_.get_feature_names_out()]
+        if names != meta["feature_names"]:
+            raise DataError(f"{path}: feature names of the saved pipeline do not match router.json")
+        router.ranker_ = BaseRanker.load(path / "ranker")
+        router.arms_ = list(meta["arms"])
+        router.no_retrieval_ = list(meta["no_retrieval"])
+        router.n_train_queries_ = int(meta["n_train_queries"])
+        return router

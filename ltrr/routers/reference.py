@@ -1,0 +1,117 @@
+"""Reference routers: oracle, best single arm, seeded random, always no-retrieval.
+
+They bound and anchor every comparison. The oracle reads the labels of the queries it routes
+(that is its definition: an upper bound, never a deployable router); the best single arm is
+chosen on training labels only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.exceptions import NotFittedError
+
+from ltrr._errors import DataError
+from ltrr.routers.trainfree import Router, _table, routers
+
+__all__ = ["OracleRouter", "BestSingleRouter", "RandomRouter", "NoRetrievalRouter", "utility_frame"]
+
+
+def utility_frame(labels: pd.DataFrame, value: str = "utility") -> pd.DataFrame:
+    """Labels (long: qid, arm, utility, failed) as a qid x arm matrix; failed items are NaN."""
+    missing = [c for c in ("qid", "arm", value) if c not in labels.columns]
+    if missing:
+        raise DataError(f"labels table is missing column(s) {', '.join(missing)}")
+    lab = labels
+    if "failed" in lab.columns:
+        lab = lab[~lab["failed"].astype(bool)]
+    return lab.pivot(index="qid", columns="arm", values=value)
+
+
+def _frame(table: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"qid": table["qid"].astype(str).to_numpy(), "arm": table["arm"].astype(str).to_numpy(),
+                         "score": np.asarray(score, dtype=float)})
+
+
+@routers.register("oracle")
+class OracleRouter(Router):
+    """Routes each query to its best arm by label (an upper bound; reads the labels it routes).
+
+    ``fit(raw, labels)`` must be given the labels of every query it will route.
+    """
+
+    name = "oracle"
+
+    def fit(self, raw: Any = None, labels: pd.DataFrame | None = None) -> OracleRouter:
+        if labels is None:
+            raise DataError("the oracle router needs labels: fit(raw, labels)")
+        self.utility_ = utility_frame(labels)
+        return self
+
+    def route_scores(self, raw: Any) -> pd.DataFrame:
+        if not hasattr(self, "utility_"):
+            raise NotFittedError("OracleRouter is not fitted; call fit(raw, labels) first")
+        table = _table(raw)
+        u = self.utility_.stack(future_stack=True).rename("score")
+        idx = pd.MultiIndex.from_arrays([table["qid"].astype(str), table["arm"].astype(str)])
+        return _frame(table, u.reindex(idx).to_numpy())
+
+
+@routers.register("best-single")
+class BestSingleRouter(Router):
+    """Always the arm with the highest mean utility on the training labels."""
+
+    name = "best-single"
+
+    def fit(self, raw: Any = None, labels: pd.DataFrame | None = None) -> BestSingleRouter:
+        if labels is None:
+            raise DataError("the best-single router needs training labels: fit(raw, labels)")
+        means = utility_frame(labels).dropna().mean()
+        if means.empty:
+            raise DataError("the best-single router got no complete labelled query")
+        self.arm_ = str(means.idxmax())
+        self.means_ = means.to_dict()
+        return self
+
+    def route_scores(self, raw: Any) -> pd.DataFrame:
+        if not hasattr(self, "arm_"):
+            raise NotFittedError("BestSingleRouter is not fitted; call fit(raw, labels) first")
+        table = _table(raw)
+        return _frame(table, (table["arm"].astype(str) == self.arm_).astype(float))
+
+
+@routers.register("random")
+class RandomRouter(Router):
+    """A seeded random ranking of the arms per query (stable across runs and query order)."""
+
+    name = "random"
+
+    def __init__(self, *, random_state: int = 0):
+        self.random_state = random_state
+
+    def route_scores(self, raw: Any) -> pd.DataFrame:
+        table = _table(raw)
+        score = [
+            int.from_bytes(hashlib.sha256(f"{self.random_state}:{q}:{a}".encode()).digest()[:8], "big") / 2**64
+            for q, a in zip(table["qid"].astype(str), table["arm"].astype(str), strict=True)
+        ]
+        return _frame(table, np.array(score))
+
+
+@routers.register("no-retrieval")
+class NoRetrievalRouter(Router):
+    """Always answers without retrieval."""
+
+    name = "no-retrieval"
+
+    def __init__(self, *, arm: str = "none"):
+        self.arm = arm
+
+    def route_scores(self, raw: Any) -> pd.DataFrame:
+        table = _table(raw)
+        if self.arm not in set(table["arm"].astype(str)):
+            raise DataError(f"no-retrieval router: arm {self.arm!r} is not in the table")
+        return _frame(table, (table["arm"].astype(str) == self.arm).astype(float))

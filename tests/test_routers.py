@@ -1,0 +1,135 @@
+"""Reference routers and the LTRRouter (fit, save/load, any number of arms, bad input)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ltrr._errors import DataError, NotBuiltError
+from ltrr.features import extract_raw
+from ltrr.routers import routers
+from ltrr.routers.ltr import LTRRouter
+from ltrr.routers.reference import BestSingleRouter, NoRetrievalRouter, OracleRouter, RandomRouter
+
+
+class DictSource:
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def get(self, docids, texts):
+        return np.asarray([self.vectors[d] for d in docids], dtype=np.float64)
+
+
+def make(n_queries=60, n_arms=4, dim=8, seed=0):
+    """Queries whose best arm is the one whose passages lie closest to the query embedding."""
+    rng = np.random.default_rng(seed)
+    arms = [f"arm{i}" for i in range(n_arms - 1)] + ["none"]
+    qemb = rng.normal(size=(n_queries, dim))
+    qemb /= np.linalg.norm(qemb, axis=1, keepdims=True)
+    vectors, rows, labels = {}, [], []
+    for qi in range(n_queries):
+        qid = f"q{qi:03d}"
+        closeness = rng.uniform(0, 1, size=n_arms - 1)
+        for ai, arm in enumerate(arms[:-1]):
+            for r in range(3):
+                did = f"{qid}-{arm}-{r}"
+                v = closeness[ai] * qemb[qi] + (1 - closeness[ai]) * rng.normal(size=dim) / np.sqrt(dim)
+                vectors[did] = v / np.linalg.norm(v)
+                rows.append((qid, arm, r + 1, did, 3.0 - r, "text"))
+            labels.append((qid, arm, float(closeness[ai] > 0.5)))
+        labels.append((qid, "none", 0.3))
+    queries = pd.DataFrame({"qid": [f"q{i:03d}" for i in range(n_queries)],
+                            "question": ["what is x?" if i % 2 else "x y z" for i in range(n_queries)]})
+    results = pd.DataFrame(rows, columns=["qid", "arm", "rank", "docid", "score", "text"])
+    raw = extract_raw(queries, results, arms=arms, no_retrieval="none", encoder="test",
+                      embedding_source=DictSource(vectors), query_embeddings=qemb)
+    lab = pd.DataFrame(labels, columns=["qid", "arm", "utility"])
+    u = lab.pivot(index="qid", columns="arm", values="utility")
+    gains = u.sub(u["none"], axis=0)
+    lo, hi = gains.min(axis=1), gains.max(axis=1)
+    norm = gains.sub(lo, axis=0).div((hi - lo).replace(0, np.nan), axis=0).fillna(0.0)
+    lab["norm_gain"] = [norm.loc[q, a] for q, a in zip(lab["qid"], lab["arm"], strict=True)]
+    lab["failed"] = False
+    return raw, lab
+
+
+def _p_at_1(router, raw, labels):
+    chosen = router.choose(raw)
+    u = labels.pivot(index="qid", columns="arm", values="utility")
+    return float(np.mean([u.loc[q, a] == u.loc[q].max() for q, a in chosen.items()]))
+
+
+@pytest.mark.parametrize("n_arms", [3, 10])
+def test_ltrr_learns_and_round_trips(tmp_path, n_arms):
+    raw, labels = make(n_queries=80, n_arms=n_arms)
+    train, test = raw.subset(raw.qids[:60]), raw.subset(raw.qids[60:])
+    router = LTRRouter(ranker="xgboost-pairwise", random_state=0).fit(train, labels)
+    assert _p_at_1(router, test, labels) > _p_at_1(RandomRouter(random_state=1), test, labels)
+    router.save(tmp_path / "m")
+    again = LTRRouter.load(tmp_path / "m")
+    pd.testing.assert_frame_equal(router.route_scores(test), again.route_scores(test))
+    assert set(router.choose(test)) <= set(raw.arms)
+
+
+def test_reference_routers():
+    raw, labels = make(n_queries=20)
+    assert _p_at_1(OracleRouter().fit(raw, labels), raw, labels) == 1.0
+    best = BestSingleRouter().fit(raw, labels)
+    assert set(best.choose(raw)) == {best.arm_}
+    assert set(NoRetrievalRouter(arm="none").choose(raw)) == {"none"}
+    a = RandomRouter(random_state=3).route_scores(raw)
+    b = RandomRouter(random_state=3).route_scores(raw.subset(raw.qids[::-1]))
+    m = a.merge(b, on=["qid", "arm"])
+    assert np.array_equal(m["score_x"], m["score_y"])  # independent of query order
+    assert {"oracle", "best-single", "random", "no-retrieval", "ltrr", "maxsim"} <= set(routers.names())
+
+
+def test_nan_labels_and_missing_pairs_are_errors():
+    raw, labels = make(n_queries=10)
+    bad = labels.copy()
+    bad.loc[0, "norm_gain"] = np.nan
+    with pytest.raises(DataError, match=r"NaN for queries that did not fail"):
+        LTRRouter(ranker="svm-pointwise").fit(raw, bad)
+    with pytest.raises(DataError, match=r"has no column 'gainz'"):
+        LTRRouter(ranker="svm-pointwise", label="gainz").fit(raw, labels)
+    failed = labels.copy()
+    failed.loc[failed["qid"] == "q000", "failed"] = True
+    failed.loc[failed["qid"] == "q000", "norm_gain"] = np.nan
+    r = LTRRouter(ranker="svm-pointwise").fit(raw, failed)
+    assert r.n_train_queries_ == 9
+
+
+def test_saved_router_from_another_version_or_feature_set(tmp_path):
+    raw, labels = make(n_queries=20)
+    LTRRouter(ranker="svm-pointwise").fit(raw, labels).save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "router.json").read_text())
+    meta["format"] = 99
+    (tmp_path / "m" / "router.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"format 99"):
+        LTRRouter.load(tmp_path / "m")
+    meta["format"] = 1
+    meta["feature_set"]["version"] = -1
+    (tmp_path / "m" / "router.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"another version of feature set"):
+        LTRRouter.load(tmp_path / "m")
+    with pytest.raises(NotBuiltError, match=r"ltrr train"):
+        LTRRouter.load(tmp_path / "nothing")
+
+
+def test_router_trained_on_other_arms_refuses(tmp_path):
+    raw, labels = make(n_queries=20, n_arms=4)
+    other, _ = make(n_queries=5, n_arms=5)
+    r = LTRRouter(ranker="svm-pointwise").fit(raw, labels)
+    with pytest.raises(DataError, match=r"trained on arms"):
+        r.route_scores(other)
+
+
+def test_feature_table_missing_column():
+    raw, labels = make(n_queries=20)
+    r = LTRRouter(ranker="svm-pointwise").fit(raw, labels)
+    raw.table = raw.table.drop(columns=["max_sim"])
+    with pytest.raises(DataError, match=r"max_sim"):
+        r.route_scores(raw)
