@@ -266,6 +266,16 @@ def _print_results(run, paths) -> None:
             _log(f"plot:   {v}")
 
 
+def cmd_cache_export(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(args.config), log=_log)
+    side = run.export_generations(Path(args.out))
+    _log(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
+    return 0
+
+
 # ---- main job ----------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     import time
@@ -346,6 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     cs = csub.add_parser("stats", help="rows, size, per-model counts and corrupt rows")
     cs.add_argument("path", nargs="?", help="cache file (default: data/cache/generations.sqlite)")
     cs.set_defaults(func=cmd_cache_stats)
+    ce = csub.add_parser("export", help="export the generations a labelled run used, as a prebuilt cache")
+    ce.add_argument("config")
+    ce.add_argument("out", help="output .jsonl.gz (a .json checksum is written beside it)")
+    ce.set_defaults(func=cmd_cache_export)
 
     fe = sub.add_parser("features", help="extract routing features into features/<run>/")
     fe.add_argument("config")

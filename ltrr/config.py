@@ -47,6 +47,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "use_cache": ((bool,), True),
         "chunk_size": ((int,), 8),
         "max_prompt_tokens": ((int,), 0),  # 0: the model's context minus max_new_tokens
+        "prebuilt": ((str,), ""),  # a packaged prebuilt cache (ltrr/prebuilt/NAME-generations.jsonl.gz)
     },
     "labels": {
         "metric": ((str,), "f1"),

@@ -32,7 +32,7 @@ DEFAULT_RANKERS = (
 )
 TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
 
-_PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens")
+_PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens", "prebuilt")
 
 
 def _hash(obj) -> str:
@@ -230,6 +230,11 @@ class Run:
         except LtrrError as exc:
             raise ConfigError(f"stage label: [labels] {exc}") from None
         generator = self.make_generator(use_cache=use_cache)
+        if gcfg["prebuilt"] and generator.enabled:
+            from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
+
+            added = import_prebuilt(prebuilt_path(gcfg["prebuilt"]), generator.cache)
+            self.log(f"[label] prebuilt generation cache {gcfg['prebuilt']!r}: sha256 verified, {added} new rows imported")
         judge = None
         if metric.needs_judge or any(m.needs_judge for m in extras):
             if not lcfg["judge"]:
@@ -274,6 +279,32 @@ class Run:
         self._record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
         return out
 
+    def export_generations(self, out: Path) -> dict:
+        """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""
+        from ltrr.generation import load_template
+        from ltrr.generation.prebuilt import RecordingGenerator, write_prebuilt
+        from ltrr.labels import label_queries
+        from ltrr.metrics import parse_metric
+
+        self._need("cache export", self.labels_dir / "labels.parquet", "label")
+        lcfg, gcfg = self.config.labels, self.config.generation
+        cached = self.make_generator(use_cache=True)
+        rec = RecordingGenerator(cached.generator, cached.cache)
+        pool = self.pool
+        nr = [a.name for a in pool.arms if a.is_no_retrieval]
+        noise_arm = (lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)) if lcfg["noise_floor"] else None
+        template = load_template(gcfg["template"])
+        label_queries(self.dataset.queries, pd.read_parquet(self.results_path), arms=pool.arm_names, no_retrieval=nr[0],
+                      generator=rec, template=template, scorer=parse_metric("em").bind(), metric_name="em",
+                      noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
+                      max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
+                      params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+        from ltrr._version import __version__
+
+        return write_prebuilt(rec.records, out, meta={"made_by": "ltrr label", "ltrr_version": __version__,
+                                                      "config": self.config.source, "generator": rec.identity,
+                                                      "template": template.identity, "queries": len(self.dataset.queries)})
+
     @property
     def features_dir(self) -> Path:
         return Path("features") / self.config.name
@@ -312,11 +343,11 @@ class Run:
         self.log(f"[features] {len(raw)} (query, arm) rows in {dt:.1f}s ({len(raw) / max(dt, 1e-9):.0f} rows/s) -> {self.features_dir}")
         return self.features_dir
 
-    def _inputs_for_training(self):
+    def _inputs_for_training(self, stage: str = "train"):
         from ltrr.features import read_feature_tables
 
-        self._need("train", self.labels_dir / "labels.parquet", "label")
-        self._need("train", self.features_dir / "raw.parquet", "features")
+        self._need(stage, self.labels_dir / "labels.parquet", "label")
+        self._need(stage, self.features_dir / "raw.parquet", "features")
         labels = pd.read_parquet(self.labels_dir / "labels.parquet")
         raw = read_feature_tables(self.features_dir)
         return labels, raw
@@ -368,7 +399,7 @@ class Run:
         from ltrr.eval import evaluate_splits, make_splits, plots, write_report
         from ltrr.eval.routing import utility_matrix
 
-        labels, raw = self._inputs_for_training()
+        labels, raw = self._inputs_for_training("eval")
         ecfg, tcfg = self.config.eval, self.config.train
         rankers = list(tcfg["rankers"] or DEFAULT_RANKERS)
         fp = _hash({"labels": json.loads(self.stage_record("label").read_text())["fingerprint"] if self.stage_record("label").exists() else None,

@@ -338,8 +338,8 @@ def write_report(
 
     Files: ``eval.md`` (the Markdown report), ``results.csv`` and ``results.json`` (the tidy
     table, every column; the JSON also holds the settings and the formatted tables),
-    ``table1.csv``, ``headroom.csv``, ``pvalues.csv``, ``by_type.csv`` and
-    ``per_query.parquet``.
+    ``table1.csv``, ``headroom.csv``, ``pvalues.csv``, ``by_type.csv``, ``arms.csv`` (the single
+    arms' test utility and cost per split) and ``per_query.parquet``.
     """
     from ltrr.data.io import write_table_atomic
 
@@ -360,6 +360,7 @@ def write_report(
         "headroom.csv": _write_csv(hr, folder / "headroom.csv", index=True),
         "pvalues.csv": _write_csv(pv, folder / "pvalues.csv", index=True),
         "by_type.csv": _write_csv(ev.by_type, folder / "by_type.csv", index=False),
+        "arms.csv": _write_csv(ev.arms, folder / "arms.csv", index=False),
     }
     doc = {
         "meta": ev.meta,

@@ -1,0 +1,169 @@
+"""Prebuilt generation caches: the demo's LLM calls, shipped with the package, checksummed.
+
+Labelling the demo costs about 8 generations per query with the default generator (roughly
+10 s per query on 2 cores). Like pyserini's prebuilt indexes, ltrr ships the generations of the
+demo run so that the main job is fast on a fresh machine; here nothing can be downloaded, so the
+file lives inside the package (``ltrr/prebuilt/``).
+
+- Every entry was produced by ltrr's own ``ltrr label`` with the default generator, and keeps
+  the full chat messages it answered, so anyone can regenerate and compare it
+  (`regenerate_sample`; a test does this on a random sample).
+- The file's sha256 is recorded beside it and checked before anything is imported; a mismatch
+  is an error, never a silent partial import.
+- Importing only adds rows that the local cache lacks (same keys as `cache_key`).
+
+Rebuilding from scratch::
+
+    rm -f data/cache/generations.sqlite          # or set [generation] cache elsewhere
+    ltrr run demo                                 # labels with the default generator (slow)
+    ltrr cache export demo ltrr/prebuilt/demo-generations.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.resources
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ltrr._errors import DataError, NotBuiltError
+from ltrr.generation.base import DecodingParams, Generation, Generator
+from ltrr.generation.cache import GenerationCache, cache_key
+
+__all__ = ["RecordingGenerator", "write_prebuilt", "read_prebuilt", "import_prebuilt", "prebuilt_path", "regenerate_sample"]
+
+
+def prebuilt_path(name: str) -> Path:
+    """Path of the packaged prebuilt cache ``name`` (e.g. ``demo``)."""
+    res = importlib.resources.files("ltrr") / "prebuilt" / f"{name}-generations.jsonl.gz"
+    return Path(str(res))
+
+
+class RecordingGenerator(Generator):
+    """Serves generations from a cache only and records every (key, prompt, generation).
+
+    Used to export exactly the calls a labelling run made; a prompt missing from the cache is
+    an error (the run must have been labelled first).
+    """
+
+    def __init__(self, generator: Generator, cache: GenerationCache):
+        # token counting (and so passage truncation) must be the real model's, or prompts differ
+        self.generator = generator
+        self.cache = cache
+        self.records: dict[str, dict[str, Any]] = {}
+
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        return self.generator.backend
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    @property
+    def context_length(self) -> int:
+        return self.generator.context_length
+
+    def count_tokens(self, text: str) -> int:
+        return self.generator.count_tokens(text)
+
+    def count_prompt_tokens(self, messages):
+        from ltrr.generation.prompts import count_prompt_tokens
+
+        return count_prompt_tokens(self.generator, messages)
+
+    def generate(self, prompts: Sequence[Any], params: DecodingParams | None = None) -> list[Generation]:
+        params = params or DecodingParams()
+        backend, identity = self.backend, self.identity
+        keys = [cache_key(backend, identity, params, p) for p in prompts]
+        found = self.cache.get_many(keys)
+        out = []
+        for key, prompt in zip(keys, prompts, strict=True):
+            if key not in found:
+                raise NotBuiltError("a prompt of this run is not in the generation cache; label the run first (ltrr label)")
+            gen = found[key]
+            self.records[key] = {
+                "key": key, "backend": backend, "identity": identity, "params": params.to_dict(),
+                "prompt": prompt, "text": gen.text, "prompt_tokens": gen.prompt_tokens,
+                "completion_tokens": gen.completion_tokens, "extra": gen.extra,
+            }
+            out.append(gen)
+        return out
+
+
+def write_prebuilt(records: dict[str, dict], path: str | Path, *, meta: dict | None = None) -> dict:
+    """Write records as deterministic gzipped JSONL plus a ``.json`` sidecar with its sha256."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+        for key in sorted(records):
+            gz.write((json.dumps(records[key], sort_keys=True, ensure_ascii=False) + "\n").encode())
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    os.replace(tmp, path)
+    side = {"sha256": digest, "rows": len(records), **(meta or {})}
+    stmp = path.with_suffix(".json.tmp")
+    stmp.write_text(json.dumps(side, indent=2, sort_keys=True))
+    os.replace(stmp, _sidecar(path))
+    return side
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".jsonl.gz") + ".json")
+
+
+def read_prebuilt(path: str | Path) -> list[dict]:
+    """Verify the sha256 recorded beside ``path`` and return its records."""
+    path = Path(path)
+    if not path.is_file() or not _sidecar(path).is_file():
+        raise NotBuiltError(f"no prebuilt generation cache at {path} (with its .json checksum)")
+    side = json.loads(_sidecar(path).read_text())
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != side.get("sha256"):
+        raise DataError(f"{path}: sha256 {digest[:12]}... does not match the recorded {str(side.get('sha256'))[:12]}...; "
+                        "the prebuilt cache is damaged: reinstall ltrr or rebuild it (see ltrr.generation.prebuilt)")
+    rows = [json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line.strip()]
+    if len(rows) != side.get("rows"):
+        raise DataError(f"{path}: {len(rows)} rows, the sidecar says {side.get('rows')}")
+    return rows
+
+
+def import_prebuilt(path: str | Path, cache: GenerationCache) -> int:
+    """Add the prebuilt rows that ``cache`` lacks; returns how many were added."""
+    rows = read_prebuilt(path)
+    present = cache.get_many([r["key"] for r in rows])
+    entries = []
+    for r in rows:
+        if r["key"] in present:
+            continue
+        p = r["params"]
+        params = DecodingParams(**{**p, "stop": tuple(p.get("stop", ()))})
+        if cache_key(r["backend"], r["identity"], params, r["prompt"]) != r["key"]:
+            raise DataError(f"{path}: entry {r['key'][:12]} does not hash to its key; the file is not an ltrr cache export")
+        gen = Generation(text=r["text"], prompt_tokens=r["prompt_tokens"], completion_tokens=r["completion_tokens"],
+                         extra=r.get("extra") or {})
+        entries.append((r["key"], r["backend"], r["identity"], params, gen))
+    return cache.put_many(entries) if entries else 0
+
+
+def regenerate_sample(path: str | Path, generator: Generator, *, n: int = 3, seed: int = 0) -> list[tuple[str, str, str]]:
+    """Regenerate ``n`` random entries with ``generator``: (key, shipped text, new text) each."""
+    import random
+
+    rows = read_prebuilt(path)
+    rows = [r for r in rows if r["identity"] == generator.identity]
+    if not rows:
+        raise DataError(f"{path}: no entry was made by {generator.identity}")
+    pick = random.Random(seed).sample(rows, min(n, len(rows)))
+    out = []
+    for r in pick:
+        p = r["params"]
+        params = DecodingParams(**{**p, "stop": tuple(p.get("stop", ()))})
+        gen = generator.generate([r["prompt"]], params)[0]
+        out.append((r["key"], r["text"], gen.text))
+    return out

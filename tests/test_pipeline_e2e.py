@@ -1,0 +1,187 @@
+"""The whole main job on a small dataset with a tiny real model: determinism, skips, notebook."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ltrr.cli import main
+
+pytestmark = pytest.mark.slow
+
+WORDS = ["canberra", "paris", "everest", "nile", "leonardo"]
+TYPES = ["alpha", "beta", "gamma"]
+
+
+def _dataset(root: Path) -> Path:
+    ds = root / "ds"
+    if ds.exists():
+        return ds
+    # answers are the first word of some passages, so arms differ in utility
+    ds.mkdir()
+    with (ds / "corpus.jsonl").open("w") as fh:
+        for i in range(60):
+            w = WORDS[i % 5]
+            fh.write(json.dumps({"docid": f"d{i}", "title": "", "text": f"{WORDS[(i * 7) % 5]} {w} is the capital of {WORDS[(i + 1) % 5]} number {i}"}) + "\n")
+    with (ds / "queries.jsonl").open("w") as fh:
+        for i in range(48):
+            fh.write(json.dumps({"qid": f"q{i:02d}", "question": f"what is the capital of {WORDS[i % 5]} {i}",
+                                 "answers": [WORDS[(i + 1) % 5]], "qtype": TYPES[i % 3], "group": f"g{i // 2}"}) + "\n")
+    return ds
+
+
+def _register_reader():
+    """A deterministic stand-in LLM: answers with the first word of the last document shown.
+
+    The tiny random model of `_tiny_llm` never produces a gold answer, so every label would tie;
+    this reader gives arms different utilities, which is what the pipeline's mechanics need.
+    The real backend's labelling path is tested in test_labels.py (kill and resume).
+    """
+    from ltrr.generation import generators
+    from ltrr.generation.base import Generation, Generator
+
+    if "test-last-doc" in generators:
+        return
+
+    class Reader(Generator):
+        backend = "test-last-doc"
+
+        def __init__(self, model=None):
+            self.model = model
+
+        @property
+        def identity(self):
+            return "test-last-doc-1"
+
+        def generate(self, prompts, params=None):
+            out = []
+            for p in prompts:
+                text = p if isinstance(p, str) else "\n".join(m["content"] for m in p)
+                docs = text.split("Document ")[1:]
+                word = docs[-1].split(":", 1)[1].split()[0] if docs else "unknown"
+                out.append(Generation(text=word, prompt_tokens=len(text.split()), completion_tokens=1))
+            return out
+
+    generators.register("test-last-doc", Reader)
+
+
+def _config(root: Path, name: str, model: Path, seed: int) -> Path:
+    cfg = root / f"{name}.toml"
+    cfg.write_text(f"""
+[run]
+name = "{name}"
+seed = {seed}
+workdir = "{root / name}"
+[data]
+dataset = "{_dataset(root)}"
+[retrievers.bm25]
+type = "bm25"
+[[arms]]
+name = "bm25"
+retriever = "bm25"
+k = 3
+[[arms]]
+name = "bm25-top1"
+retriever = "bm25"
+k = 1
+cost = 0.5
+[[arms]]
+name = "none"
+retriever = "none"
+[generation]
+backend = "test-last-doc"
+max_new_tokens = 8
+cache = "{root / 'cache.sqlite'}"
+[labels]
+metric = "f1"
+noise_floor_arm = "bm25"
+[train]
+rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]
+[eval]
+splits = ["balanced", "leave-one-type-out"]
+n_bootstrap = 200
+""")
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    model = root / "unused-model"
+    _register_reader()
+    os.environ["LTRR_DATA_DIR"] = str(root / "data")
+    os.environ["FEATURES_DIR_UNUSED"] = ""
+    return root, model
+
+
+def test_run_twice_same_seed_identical_and_skips(project, capsys, monkeypatch):
+    root, model = project
+    monkeypatch.chdir(root)  # features/<run>/ is written under the working directory
+    a, b = _config(root, "a", model, 7), _config(root, "b", model, 7)
+    assert main(["run", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert "Mean downstream utility" in out and "report:" in out and "plot:" in out
+    assert main(["run", str(b)]) == 0
+    capsys.readouterr()
+    ra, rb = (root / "a" / "reports" / "results.csv").read_bytes(), (root / "b" / "reports" / "results.csv").read_bytes()
+    assert ra == rb
+    assert main(["run", str(a)]) == 0
+    out = capsys.readouterr().out
+    for stage in ("retrieve", "label", "features", "eval"):
+        assert f"[{stage}] skipped: inputs unchanged" in out
+    for png in ("utility", "headroom", "per_type", "cost_utility"):
+        assert (root / "a" / "reports" / "plots" / f"{png}.png").stat().st_size > 1000
+
+
+def test_other_seed_changes_the_splits(project, capsys, monkeypatch):
+    root, model = project
+    monkeypatch.chdir(root)
+    c = _config(root, "c", model, 8)
+    assert main(["run", str(c)]) == 0
+    capsys.readouterr()
+    a = pd.read_csv(root / "a" / "reports" / "results.csv")
+    c_ = pd.read_csv(root / "c" / "reports" / "results.csv")
+    na = a.loc[a["split"] == "balanced", "n_test"].iloc[0], a.loc[a["split"] == "balanced", "mean_utility"].tolist()
+    nc = c_.loc[c_["split"] == "balanced", "n_test"].iloc[0], c_.loc[c_["split"] == "balanced", "mean_utility"].tolist()
+    assert na != nc
+
+
+def test_train_and_route(project, capsys, monkeypatch):
+    root, model = project
+    monkeypatch.chdir(root)
+    a = _config(root, "a", model, 7)
+    assert main(["train", str(a), "--ranker", "xgboost-pairwise"]) == 0
+    capsys.readouterr()
+    assert main(["route", str(root / "a" / "models" / "xgboost-pairwise"), "--json", "what is the capital of paris"]) == 0
+    ranking = json.loads(capsys.readouterr().out)
+    assert sorted(r["arm"] for r in ranking) == ["bm25", "bm25-top1", "none"]
+    assert main(["train", str(a), "--ranker", "nosuch"]) == 2
+    assert "unknown ranker 'nosuch'" in capsys.readouterr().err
+
+
+def test_missing_stage_output_is_named(project, capsys, monkeypatch):
+    root, model = project
+    monkeypatch.chdir(root)
+    d = _config(root, "d", model, 7)
+    assert main(["eval", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ltrr: error: stage eval needs") and "labels.parquet" in err and "stage label" in err
+
+
+def test_notebook_executes_on_the_run(project, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    root, _ = project
+    monkeypatch.setenv("LTRR_RUN_DIR", str(root / "a"))
+    monkeypatch.setenv("LTRR_NOTEBOOK_OUT", str(root / "nb"))
+    nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "analysis.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 4
+    for png in ("utility", "headroom", "cost_utility"):
+        assert (root / "nb" / f"{png}.png").stat().st_size > 1000

@@ -1,0 +1,68 @@
+"""Prebuilt generation caches: checksums, import, and regeneration of shipped entries."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from ltrr._errors import DataError, NotBuiltError
+from ltrr.generation.base import DecodingParams, Generation, Generator
+from ltrr.generation.cache import GenerationCache, cache_key
+from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path, read_prebuilt, regenerate_sample, write_prebuilt
+
+
+class Upper(Generator):
+    backend = "upper"
+    identity = "upper-1"
+
+    def generate(self, prompts, params=None):
+        return [Generation(text=" ".join(m["content"] for m in p).upper(), prompt_tokens=1, completion_tokens=1)
+                for p in prompts]
+
+
+def _records(n=5):
+    params = DecodingParams(max_new_tokens=8)
+    out = {}
+    for i in range(n):
+        prompt = [{"role": "user", "content": f"question {i}"}]
+        key = cache_key("upper", "upper-1", params, prompt)
+        out[key] = {"key": key, "backend": "upper", "identity": "upper-1", "params": params.to_dict(),
+                    "prompt": prompt, "text": f"QUESTION {i}", "prompt_tokens": 1, "completion_tokens": 1, "extra": {}}
+    return out
+
+
+def test_write_read_import_roundtrip(tmp_path):
+    p = tmp_path / "x-generations.jsonl.gz"
+    side = write_prebuilt(_records(), p, meta={"made_by": "test"})
+    again = write_prebuilt(_records(), tmp_path / "y-generations.jsonl.gz")
+    assert side["sha256"] == again["sha256"]  # deterministic bytes
+    assert len(read_prebuilt(p)) == 5
+    with GenerationCache(tmp_path / "c.sqlite") as cache:
+        assert import_prebuilt(p, cache) == 5
+        assert import_prebuilt(p, cache) == 0  # only missing rows are added
+        assert cache.check()["corrupt"] == 0
+    assert all(old == new for _, old, new in regenerate_sample(p, Upper(), n=3))
+
+
+def test_tampered_file_is_refused(tmp_path):
+    p = tmp_path / "x-generations.jsonl.gz"
+    write_prebuilt(_records(), p)
+    rows = gzip.decompress(p.read_bytes()).decode().splitlines()
+    rows[0] = rows[0].replace("QUESTION", "ANSWER")
+    assert "ANSWER" in rows[0]
+    p.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    with pytest.raises(DataError, match=r"sha256 .* does not match"):
+        read_prebuilt(p)
+    with pytest.raises(NotBuiltError, match=r"no prebuilt generation cache"):
+        read_prebuilt(tmp_path / "none-generations.jsonl.gz")
+
+
+def test_entry_whose_key_does_not_match_is_refused(tmp_path):
+    recs = _records(1)
+    (key,) = recs
+    recs[key]["prompt"] = [{"role": "user", "content": "something else"}]
+    p = tmp_path / "x-generations.jsonl.gz"
+    write_prebuilt(recs, p)
+    with GenerationCache(tmp_path / "c.sqlite") as cache, pytest.raises(DataError, match=r"does not hash to its key"):
+        import_prebuilt(p, cache)
