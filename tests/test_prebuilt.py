@@ -9,7 +9,12 @@ import pytest
 from ltrr._errors import DataError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator
 from ltrr.generation.cache import GenerationCache, cache_key
-from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path, read_prebuilt, regenerate_sample, write_prebuilt
+from ltrr.generation.prebuilt import (
+    import_prebuilt,
+    read_prebuilt,
+    regenerate_sample,
+    write_prebuilt,
+)
 
 
 class Upper(Generator):
