@@ -38,6 +38,7 @@ def cmd_data_build(args: argparse.Namespace) -> int:
     cfg = load_config(args.config) if args.config else load_config("demo")
     data = cfg.to_dict()
     data["data"]["dataset"] = str(folder)
+    data["data"]["max_queries"] = 0  # the datasheet describes every query, not a run's sample
     cfg = validate(data, cfg.source)
     text = write_datasheet(cfg, folder, datasheet=args.datasheet)
     _log(text.split("### Which family")[1].split("\n\n")[1] if "### Which family" in text else "")

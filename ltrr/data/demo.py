@@ -217,7 +217,9 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
 
     # --- FanOutQA: covered sub-questions and unanswerable ones -----------------------------
     fan = load_fanout()
-    blob = "\n".join(_norm(t) for t in corpus["text"])
+    # one space-joined text: a phrase that ends one document is still found (a newline join
+    # would hide it from the " phrase " test below)
+    blob = " ".join(_norm(t) for t in corpus["text"])
     noanswer_pool = []
     seen_q: set[str] = set()
     for sub in fan:
