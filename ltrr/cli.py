@@ -47,9 +47,9 @@ def cmd_data_build(args: argparse.Namespace) -> int:
 
 def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
     """Run the config's pool over the dataset and write DATASHEET.md (and ``datasheet``)."""
-    import pandas as pd
 
     from ltrr.data.datasheet import family_wins, recall_table, render_datasheet
+    from ltrr.data.io import write_text_atomic
     from ltrr.pipeline import Run
 
     run = Run(cfg, log=_log)
@@ -69,37 +69,27 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
     wins = family_wins(results, ds.qrels, fams)
     meta = json.loads((folder / "meta.json").read_text())
     text = render_datasheet(meta, ds.queries, recall, recall1, wins, k)
-    _write_text(folder / "DATASHEET.md", text + "\n")
-    (folder / "family_wins.json").write_text(json.dumps(wins, indent=2))
+    write_text_atomic(folder / "DATASHEET.md", text + "\n")
+    write_text_atomic(folder / "family_wins.json", json.dumps(wins, indent=2))
     if datasheet:
         _splice(Path(datasheet), text)
         _log(f"[datasheet] updated {datasheet}")
     _log(f"[datasheet] {folder / 'DATASHEET.md'}")
-    del pd
     return text
-
 
 _START, _END = "<!-- datasheet:start -->", "<!-- datasheet:end -->"
 
-
-def _write_text(path: Path, text: str) -> None:
-    import os
-
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _splice(path: Path, text: str) -> None:
     """Replace the generated section of a README between the datasheet markers."""
+    from ltrr.data.io import write_text_atomic
+
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     block = f"{_START}\n{text}\n{_END}"
     if _START in old and _END in old:
         new = old[: old.index(_START)] + block + old[old.index(_END) + len(_END):]
     else:
         new = (old.rstrip() + "\n\n" if old else "") + block + "\n"
-    _write_text(path, new)
-
+    write_text_atomic(path, new)
 
 def cmd_data_stats(args: argparse.Namespace) -> int:
     from ltrr._tables import markdown_table
@@ -115,7 +105,6 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     _log(markdown_table(per, ".1f"))
     return 0
 
-
 # ---- retrieval ---------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -124,7 +113,6 @@ def cmd_index(args: argparse.Namespace) -> int:
     run = Run(load_config(args.config), log=_log)
     run.stage_index()
     return 0
-
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -147,7 +135,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         text = r.text.replace("\n", " | ")
         _log(f"{r.rank:>2}  {r.score:8.4f}  {r.docid}  {text[:110]}")
     return 0
-
 
 # ---- labels and cache -------------------------------------------------------------------
 def cmd_label(args: argparse.Namespace) -> int:
@@ -172,7 +159,6 @@ def cmd_label(args: argparse.Namespace) -> int:
                     tolerate_failures=True if args.tolerate_failures else None, shard=shard)
     return 0
 
-
 def cmd_cache_stats(args: argparse.Namespace) -> int:
     from ltrr.data.io import data_root
     from ltrr.generation.cache import stats
@@ -183,7 +169,6 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     _log(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
     return 0
 
-
 # ---- features, training, routing, evaluation ---------------------------------------------
 def cmd_features(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -192,7 +177,6 @@ def cmd_features(args: argparse.Namespace) -> int:
     run = Run(load_config(args.config), log=_log)
     run.stage_features(force=args.force)
     return 0
-
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -207,7 +191,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = run.stage_train(ranker)
     _log(f"model: {out}\ntry: ltrr route {out} \"your question\"")
     return 0
-
 
 def cmd_route(args: argparse.Namespace) -> int:
     from ltrr.routers.ltr import LTRRouter
@@ -231,7 +214,6 @@ def cmd_route(args: argparse.Namespace) -> int:
         _log(f"answer ({out['arm']}): {out['answer']}")
     return 0
 
-
 def cmd_eval(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -240,7 +222,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     paths = run.stage_eval(force=args.force)
     _print_results(run, paths)
     return 0
-
 
 def _print_results(run, paths) -> None:
     table = run.reports_dir / "table1.csv"
@@ -266,7 +247,6 @@ def _print_results(run, paths) -> None:
         if k.startswith("plot_"):
             _log(f"plot:   {v}")
 
-
 def cmd_cache_export(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -275,7 +255,6 @@ def cmd_cache_export(args: argparse.Namespace) -> int:
     side = run.export_generations(Path(args.out))
     _log(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
     return 0
-
 
 # ---- main job ----------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
@@ -304,7 +283,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print_results(run, paths)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -392,7 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     return p
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -408,7 +385,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ltrr: interrupted", file=sys.stderr)
         return 130
-
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._errors import ConfigError, DataError, GenerationError
-from ltrr.data.io import write_table_atomic
+from ltrr.data.io import write_table_atomic, write_text_atomic
 
 __all__ = ["normalise_gains", "label_queries", "summarise", "LabelRun", "NOISE_SUFFIX"]
 
@@ -324,10 +323,7 @@ def write_labels(run: LabelRun, summary: dict, folder: Path) -> dict[str, Path]:
     }
     for name, text in (("summary.json", json.dumps(summary, indent=2, sort_keys=True)),
                        ("summary.md", summary_markdown(summary) + "\n")):
-        tmp = folder / (name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, folder / name)
-        paths[name] = folder / name
+        paths[name] = write_text_atomic(folder / name, text)
     return paths
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._tables import markdown_table
 from ltrr.config import Config
-from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic
+from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
 
 __all__ = ["Run", "STAGES"]
 
@@ -89,11 +88,8 @@ class Run:
             return False
 
     def _record(self, stage: str, fingerprint: str, seconds: float, **info) -> None:
-        rec = self.stage_record(stage)
-        rec.parent.mkdir(parents=True, exist_ok=True)
-        tmp = rec.with_name(rec.name + ".tmp")
-        tmp.write_text(json.dumps({"fingerprint": fingerprint, "seconds": round(seconds, 2), **info}, indent=2))
-        os.replace(tmp, rec)
+        write_text_atomic(self.stage_record(stage),
+                          json.dumps({"fingerprint": fingerprint, "seconds": round(seconds, 2), **info}, indent=2))
 
     # ---- inputs --------------------------------------------------------------------------
     @property

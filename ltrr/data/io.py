@@ -26,6 +26,7 @@ __all__ = [
     "load_qrels",
     "load_dataset",
     "write_table_atomic",
+    "write_text_atomic",
     "data_root",
     "resolve_dataset",
 ]
@@ -207,6 +208,16 @@ def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> 
         qrels=qrels,
         path=folder,
     )
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:

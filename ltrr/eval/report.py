@@ -318,10 +318,9 @@ def _jsonable(obj):
 
 
 def _write_text(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    from ltrr.data.io import write_text_atomic
+
+    return write_text_atomic(path, text)
 
 
 def _write_csv(df: pd.DataFrame, path: Path, index: bool) -> Path:
