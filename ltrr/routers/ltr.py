@@ -164,14 +164,17 @@ class LTRRouter(Router):
         return _frame(raw.table, scores)
 
     def feature_importance(self) -> dict[str, float]:
-        """Importances of the GBDT rankers (gain), by feature name; empty for others."""
-        est = getattr(self.ranker_, "booster_", None) or getattr(self.ranker_, "model_", None)
-        names = list(self.pipeline_.get_feature_names_out())
-        for attr in ("feature_importances_",):
-            for obj in (self.ranker_, getattr(self.ranker_, "model_", None), est):
-                v = getattr(obj, attr, None) if obj is not None else None
-                if v is not None and len(v) == len(names):
-                    return {n: float(x) for n, x in zip(names, v, strict=True)}
+        """Total-gain importances of the GBDT rankers, by feature name; empty for other rankers."""
+        booster = getattr(self.ranker_, "booster_", None)
+        names = [str(n) for n in self.pipeline_.get_feature_names_out()]
+        if booster is None:
+            return {}
+        if hasattr(booster, "feature_importance"):  # LightGBM
+            values = booster.feature_importance(importance_type="gain")
+            return {n: float(v) for n, v in zip(names, values, strict=True)}
+        if hasattr(booster, "get_score"):  # XGBoost: keys f0..fN (or the feature names)
+            score = booster.get_score(importance_type="total_gain")
+            return {n: float(score.get(f"f{i}", score.get(n, 0.0))) for i, n in enumerate(names)}
         return {}
 
     # ---- end-to-end use ------------------------------------------------------------------
