@@ -12,6 +12,7 @@ from ltrr.generation.base import DecodingParams, Generation, Generator
 from ltrr.generation.cache import GenerationCache, cache_key
 from ltrr.generation.prebuilt import (
     import_prebuilt,
+    prebuilt_path,
     read_prebuilt,
     regenerate_sample,
     write_prebuilt,
