@@ -26,7 +26,7 @@ import pandas as pd  # noqa: E402
 
 from ltrr.config import load_config  # noqa: E402
 from ltrr.features import extract_raw  # noqa: E402
-from ltrr.pipeline import Run, _embedding_source  # noqa: E402
+from ltrr.pipeline import Run  # noqa: E402
 from ltrr.routers import LTRRouter  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def main() -> None:
     labels, raw = run._inputs_for_training("benchmark")
     router = LTRRouter(ranker=args.ranker, random_state=0, ranker_params={"n_jobs": 1}).fit(raw, labels)
     pool = run.pool.load(run.index_dir)
-    source = _embedding_source(pool)
+    source = pool.embedding_source()
     results = pd.read_parquet(run.results_path)
     queries = run.dataset.queries
     qids = list(queries["qid"])[: args.n]

@@ -332,11 +332,12 @@ class Run:
         results = pd.read_parquet(self.results_path)
         pool = self.pool.load(self.index_dir)
         raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self._no_retrieval(),
-                          embedding_source=_embedding_source(pool), show_progress=True)
+                          embedding_source=pool.embedding_source(), show_progress=True)
         write_feature_tables(raw, self.features_dir)
         dt = time.perf_counter() - t0
         self._record("features", fp, dt, rows=len(raw))
-        self.log(f"[features] {len(raw)} (query, arm) rows in {dt:.1f}s ({len(raw) / max(dt, 1e-9):.0f} rows/s) -> {self.features_dir}")
+        self.log(f"[features] {len(raw)} (query, arm) rows in {dt:.1f}s, loading the indexes and encoding the "
+                 f"queries included -> {self.features_dir}")
         return self.features_dir
 
     def _inputs_for_training(self, stage: str = "train"):
@@ -486,16 +487,6 @@ class Run:
 def _wide(scores: pd.DataFrame) -> pd.DataFrame:
     """Router scores (qid, arm, score) as a qid x arm matrix."""
     return scores.pivot(index="qid", columns="arm", values="score")
-
-
-def _embedding_source(pool):
-    """The stored document embeddings of the pool's first dense retriever, if any."""
-    from ltrr.retrieval.rerank import EmbeddingSource
-
-    for r in (getattr(pool, "retrievers_", None) or {}).values():
-        if hasattr(r, "doc_embeddings"):
-            return EmbeddingSource(r)
-    return None
 
 
 def _read_meta(folder: Path) -> dict:

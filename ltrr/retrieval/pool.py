@@ -493,6 +493,15 @@ class Pool:
             self._sources[key] = EmbeddingSource(retriever, encoder=encoder or "minilm")
         return self._sources[key]
 
+    def embedding_source(self, encoder: str | None = None) -> EmbeddingSource:
+        """Document embeddings shared with the pool's ``reg`` rerankers.
+
+        The stored vectors of the pool's first dense retriever (of ``encoder`` when given), so
+        feature extraction encodes no document twice; without a dense retriever, the encoder.
+        """
+        self._check_built()
+        return self._embedding_source(Arm(name="_embeddings", retriever=None), encoder)
+
     def reranker_for(self, arm_name: str) -> Reranker:
         """The reranker instance an arm uses (created on first use, then kept)."""
         self._check_built()

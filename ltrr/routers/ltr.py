@@ -196,9 +196,7 @@ class LTRRouter(Router):
         pool = self._pool()
         q = pd.DataFrame({"qid": ["q0"], "question": [question]})
         results = pool.search(q)
-        from ltrr.pipeline import _embedding_source
-
-        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=_embedding_source(pool),
+        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(),
                           no_retrieval=[a.name for a in pool.arms if a.is_no_retrieval])
         texts = results.groupby(["qid", "arm"])["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
         texts["query_text"] = question
