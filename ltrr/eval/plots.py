@@ -86,7 +86,8 @@ def plot_utility(
     names = _splits(table, splits)
     routers = list(dict.fromkeys(table["router"]))
     groups = ["best single arm (train)", "oracle (best arm per query)"] + routers
-    fig = _figure(max(6.0, 1.1 * len(groups) * max(1, len(names)) ** 0.5 + 2), 4.5)
+    # capped: many routers x splits otherwise give a figure too wide to read on a screen
+    fig = _figure(min(16.0, max(6.0, 1.1 * len(groups) * max(1, len(names)) ** 0.5 + 2)), 5.5)
     ax = fig.add_subplot()
     width = 0.8 / len(names)
     x = np.arange(len(groups))
@@ -136,7 +137,7 @@ def plot_headroom(
     if noise_floor is None:
         nf = table["noise_floor"].dropna()
         noise_floor = float(nf.iloc[0]) if len(nf) else float("nan")
-    fig = _figure(max(6.0, 1.0 * len(routers) * max(1, len(names)) ** 0.5 + 2), 4.5)
+    fig = _figure(min(16.0, max(6.0, 1.0 * len(routers) * max(1, len(names)) ** 0.5 + 2)), 5.5)
     ax = fig.add_subplot()
     width = 0.8 / len(names)
     x = np.arange(len(routers))
