@@ -256,7 +256,41 @@ def validate(data: dict, source: str = "<dict>") -> Config:
     )
 
 
-def load_config(path_or_name: str | Path) -> Config:
-    """Load and validate a TOML/YAML config file, or a packaged config by name (``demo``)."""
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` on top of ``base``: tables merge key by key, anything else (arrays too) replaces."""
+    out = copy.deepcopy(base)
+    for key, val in over.items():
+        if isinstance(val, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], val)
+        else:
+            out[key] = copy.deepcopy(val)
+    return out
+
+
+def _read_extended(path_or_name: str | Path, chain: tuple[str, ...] = ()) -> tuple[dict, str]:
     data, source = _read(path_or_name)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data, source
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{source}: config key extends must be a config name or path, got {parent!r}")
+    if source in chain:
+        raise ConfigError(f"{source}: config extends itself ({' -> '.join((*chain, source))})")
+    # a relative path is relative to the extending file; a bare name may be a packaged config
+    if not source.startswith("packaged:") and not Path(parent).is_absolute():
+        near = Path(source).parent / parent
+        if near.exists():
+            parent = str(near)
+    base, _ = _read_extended(parent, (*chain, source))
+    return _merge(base, data), source
+
+
+def load_config(path_or_name: str | Path) -> Config:
+    """Load and validate a TOML/YAML config file, or a packaged config by name (``demo``).
+
+    A config may start with ``extends = "NAME_OR_PATH"``: it is then laid over that config,
+    tables merged key by key and arrays (``[[arms]]``) replaced whole. ``demo-full`` is
+    ``demo`` with every query labelled.
+    """
+    data, source = _read_extended(path_or_name)
     return validate(data, source)

@@ -90,3 +90,30 @@ def test_fingerprint_tracks_sections(tmp_path):
     b = load_config(_cfg(tmp_path, BASE.replace('name = "t"', 'name = "t"\nseed = 7'), "d.toml"))
     assert a.fingerprint("data") == b.fingerprint("data")
     assert a.fingerprint("run") != b.fingerprint("run")
+
+
+def test_extends_merges_tables_and_replaces_arrays(tmp_path):
+    _cfg(tmp_path, BASE + '[labels]\nmetric = "em"\nextra_metrics = ["f1"]\n', "base.toml")
+    child = _cfg(tmp_path, 'extends = "base.toml"\n[run]\nname = "child"\n[labels]\nextra_metrics = []\n'
+                 '[[arms]]\nname = "only"\nretriever = "bm25"\n', "child.toml")
+    cfg = load_config(child)
+    assert cfg.run["name"] == "child" and cfg.data["dataset"] == "demo"
+    assert cfg.labels["metric"] == "em" and cfg.labels["extra_metrics"] == []  # merged, then replaced
+    assert [a["name"] for a in cfg.arms] == ["only"]  # arrays are replaced whole
+
+
+def test_packaged_demo_full_is_demo_without_sampling():
+    full, demo = load_config("demo-full"), load_config("demo")
+    assert full.data["max_queries"] == 0 and demo.data["max_queries"] == 300
+    assert str(full.workdir) == "runs/demo-full"
+    assert full.arms == demo.arms and full.generation == demo.generation and full.labels == demo.labels
+
+
+@pytest.mark.parametrize("text, match", [
+    ('extends = "nope.toml"\n', "does not exist"),
+    ("extends = 3\n", "extends must be"),
+    ('extends = "loop.toml"\n', "extends itself"),
+])
+def test_extends_errors(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(_cfg(tmp_path, text, "loop.toml"))
