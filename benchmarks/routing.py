@@ -1,9 +1,15 @@
 """Routing overhead per query with retrieval results in hand: features + model, one query at a time.
 
-For each query of a run: extract its raw features from the pool's results (query embedding
-taken as computed by the dense arm, passage embeddings from the dense index), transform them
-with the fitted feature pipeline and score its arms with an XGBoost router. Reports p50/p90
-latency per query and, for comparison, batch feature extraction in rows/s.
+For each query of a run, starting from that query's results as the pool returns them (a
+DataFrame; query embedding as computed by the dense arm, passage embeddings from the dense
+index): extract its raw features, transform them with the fitted feature pipeline and rank its
+arms with an XGBoost router. Two paths are timed side by side on the same queries:
+
+* ``per_query``: `extract_query` + `LTRRouter.route_query` (numpy only; what `route` uses);
+* ``table``: `extract_raw` + `LTRRouter.choose` on a one-query table (the batch path).
+
+Both must pick the same arm for every query (checked). Reports p50/p90 latency per query of
+each, their ratio, and batch feature extraction over all queries in (query, arm) rows/s.
 
 Usage::
 
@@ -25,7 +31,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ltrr.config import load_config  # noqa: E402
-from ltrr.features import extract_raw  # noqa: E402
+from ltrr.features import extract_query, extract_raw  # noqa: E402
 from ltrr.pipeline import Run  # noqa: E402
 from ltrr.routers import LTRRouter  # noqa: E402
 
@@ -48,25 +54,43 @@ def main() -> None:
     nr = [a.name for a in pool.arms if a.is_no_retrieval]
     by_q = {q: g for q, g in results.groupby("qid", sort=False)}
     qrow = {q: i for i, q in enumerate(queries["qid"])}
-    # warm-up: lazy imports, the encoder and the booster
-    extract_raw(queries.iloc[[0]], by_q[qids[0]], arms=pool.arm_names, no_retrieval=nr, embedding_source=source,
-                query_embeddings=raw.embeddings_for([qids[0]]))
-    lat = []
-    for q in qids:
-        qi = queries.iloc[[qrow[q]]]
-        qemb = raw.embeddings_for([q])  # computed by the dense arm at retrieval time
+    qtext = dict(zip(queries["qid"], queries["question"]))
+
+    def per_query(q):
+        qraw = extract_query(qtext[q], by_q[q], arms=pool.arm_names, no_retrieval=nr, embedding_source=source,
+                             query_embedding=raw.embeddings_for([q])[0])
+        return router.route_query(qraw)[0][0]
+
+    def table(q):
+        one = extract_raw(queries.iloc[[qrow[q]]], by_q[q], arms=pool.arm_names, no_retrieval=nr,
+                          embedding_source=source, query_embeddings=raw.embeddings_for([q]))
+        return router.choose(one).iloc[0]
+
+    for f in (per_query, table):  # warm-up: lazy imports, caches, the booster
+        f(qids[0])
+    lat = {"per_query": [], "table": []}
+    for q in qids:  # interleaved, so both paths see the same machine state
+        picks = []
+        for name, f in (("per_query", per_query), ("table", table)):
+            t0 = time.perf_counter()
+            picks.append(f(q))
+            lat[name].append(time.perf_counter() - t0)
+        if picks[0] != picks[1]:
+            raise SystemExit(f"the two paths disagree on query {q}: {picks}")
+    rates = []
+    for _ in range(3):  # the median of three passes over every query of the run
         t0 = time.perf_counter()
-        one = extract_raw(qi, by_q[q], arms=pool.arm_names, no_retrieval=nr, embedding_source=source, query_embeddings=qemb)
-        router.choose(one)
-        lat.append(time.perf_counter() - t0)
-    lat_ms = np.array(lat) * 1000
-    t0 = time.perf_counter()
-    batch = extract_raw(queries, results, arms=pool.arm_names, no_retrieval=nr, embedding_source=source,
-                        query_embeddings=raw.embeddings_for(list(queries["qid"])))
-    rows_s = len(batch) / (time.perf_counter() - t0)
-    out = {"ranker": args.ranker, "queries": len(qids), "arms": len(pool.arm_names),
-           "p50_ms": float(np.percentile(lat_ms, 50)), "p90_ms": float(np.percentile(lat_ms, 90)),
-           "mean_ms": float(lat_ms.mean()), "batch_feature_rows_per_s": rows_s}
+        batch = extract_raw(queries, results, arms=pool.arm_names, no_retrieval=nr, embedding_source=source,
+                            query_embeddings=raw.embeddings_for(list(queries["qid"])))
+        rates.append(len(batch) / (time.perf_counter() - t0))
+    rows_s = float(np.median(rates))
+    out = {"ranker": args.ranker, "queries": len(qids), "arms": len(pool.arm_names)}
+    for name, v in lat.items():
+        ms = np.array(v) * 1000
+        out[name] = {"p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+                     "mean_ms": float(ms.mean())}
+    out["table_over_per_query_p50"] = out["table"]["p50_ms"] / out["per_query"]["p50_ms"]
+    out["batch_feature_rows_per_s"] = rows_s
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ltrr._errors import DataError, NotBuiltError
-from ltrr.features import extract_raw
+from ltrr.features import RAW_COLUMNS, extract_query, extract_raw
 from ltrr.routers import routers
 from ltrr.routers.ltr import LTRRouter
 from ltrr.routers.reference import BestSingleRouter, NoRetrievalRouter, OracleRouter, RandomRouter
@@ -46,6 +46,7 @@ def make(n_queries=60, n_arms=4, dim=8, seed=0):
     results = pd.DataFrame(rows, columns=["qid", "arm", "rank", "docid", "score", "text"])
     raw = extract_raw(queries, results, arms=arms, no_retrieval="none", encoder="test",
                       embedding_source=DictSource(vectors), query_embeddings=qemb)
+    raw.meta["inputs"] = (queries, results, DictSource(vectors), qemb)  # for the per-query path
     lab = pd.DataFrame(labels, columns=["qid", "arm", "utility"])
     u = lab.pivot(index="qid", columns="arm", values="utility")
     gains = u.sub(u["none"], axis=0)
@@ -133,3 +134,85 @@ def test_feature_table_missing_column():
     raw.table = raw.table.drop(columns=["max_sim"])
     with pytest.raises(DataError, match=r"max_sim"):
         r.route_scores(raw)
+
+
+# ---- the per-query fast path (extract_query -> route_query) agrees with the table path -------
+def _one_query(raw, qid):
+    queries, results, source, qemb = raw.meta["inputs"]
+    i = list(queries["qid"]).index(qid)
+    res = results[results["qid"] == qid].sample(frac=1.0, random_state=i)  # row order must not matter
+    return extract_query(queries["question"].iloc[i], res.drop(columns="qid"), arms=raw.arms,
+                         no_retrieval="none", encoder="test", embedding_source=source,
+                         query_embedding=qemb[i], qid=qid)
+
+
+@pytest.mark.parametrize("n_arms", [3, 10])
+@pytest.mark.parametrize("ranker", ["xgboost-pairwise", "svm-pointwise", "ffn-pairwise"])
+def test_route_query_matches_table_path(tmp_path, n_arms, ranker):
+    raw, labels = make(n_queries=70, n_arms=n_arms)
+    train = raw.subset(raw.qids[:60])
+    router = LTRRouter(ranker=ranker, random_state=0, ranker_params={"n_jobs": 1} if ranker.startswith("xgb") else None)
+    router.fit(train, labels)
+    again = LTRRouter.load(router.save(tmp_path / "m"))
+    for qid in raw.qids[60:]:
+        table = raw.subset([qid])
+        qraw = _one_query(raw, qid)
+        for col in RAW_COLUMNS[2:]:
+            np.testing.assert_array_equal(qraw.columns[col], table.table[col].to_numpy(), err_msg=col)
+        np.testing.assert_array_equal(router.pipeline_.transform_query(qraw), router.pipeline_.transform(table))
+        expected = router.ranking(table)
+        for r in (router, again):
+            got = r.route_query(qraw)
+            assert [a for a, _ in got] == list(expected["arm"])
+            np.testing.assert_allclose([s for _, s in got], expected["score"].to_numpy(), rtol=0, atol=1e-12)
+
+
+def test_route_query_ties_go_to_the_earlier_arm():
+    raw, labels = make(n_queries=30, n_arms=4)
+    router = LTRRouter(ranker="xgboost-pairwise", random_state=0, ranker_params={"n_jobs": 1}).fit(raw, labels)
+    router.ranker_.predict = lambda X: np.zeros(len(X))  # every arm ties
+    assert [a for a, _ in router.route_query(_one_query(raw, raw.qids[0]))] == raw.arms
+
+
+def test_extract_query_arm_without_passages_is_nan_like_extract_raw():
+    raw, _ = make(n_queries=3, n_arms=4)
+    queries, results, source, qemb = raw.meta["inputs"]
+    res = results[(results["qid"] == "q000") & (results["arm"] != "arm1")]
+    one = extract_query(queries["question"][0], res, arms=raw.arms, no_retrieval="none",
+                        encoder="test", embedding_source=source, query_embedding=qemb[0], qid="q000")
+    table = extract_raw(queries.iloc[[0]], res, arms=raw.arms, no_retrieval="none", encoder="test",
+                        embedding_source=source, query_embeddings=qemb[:1])
+    for col in RAW_COLUMNS[2:]:
+        np.testing.assert_array_equal(one.columns[col], table.table[col].to_numpy(), err_msg=col)
+    assert np.isnan(one.columns["avg_sim"][1]) and one.columns["n_docs"][1] == 0
+    pd.testing.assert_frame_equal(one.to_raw().table, table.table)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda q, r: (q, pd.concat([r, r.assign(qid="other")])), "results of one query"),
+    (lambda q, r: (q, r.assign(arm=r["arm"].where(r["rank"] != 1, "nope"))), r"arm\(s\) \['nope'\]"),
+    (lambda q, r: (q, r.assign(arm=r["arm"].where(r["rank"] != 1, "none"))), "no-retrieval arm"),
+    (lambda q, r: (q, r.assign(score=np.nan)), "non-finite score"),
+    (lambda q, r: ("  ", r), "question is empty"),
+    (lambda q, r: (q, r.drop(columns="docid")), "missing column"),
+    (lambda q, r: (q, r.to_dict("list")), "must be a DataFrame"),
+])
+def test_extract_query_bad_input(edit, match):
+    raw, _ = make(n_queries=2, n_arms=3)
+    queries, results, source, qemb = raw.meta["inputs"]
+    q, r = edit(queries["question"][0], results[results["qid"] == "q000"])
+    with pytest.raises(DataError, match=match):
+        extract_query(q, r, arms=raw.arms, no_retrieval="none", encoder="test",
+                      embedding_source=source, query_embedding=qemb[0])
+
+
+def test_route_query_refuses_other_arms_and_text_rankers():
+    raw, labels = make(n_queries=30, n_arms=4)
+    router = LTRRouter(ranker="svm-pointwise", random_state=0).fit(raw, labels)
+    qraw = _one_query(raw, raw.qids[0])
+    qraw.arms = list(reversed(qraw.arms))
+    with pytest.raises(DataError, match="trained on arms"):
+        router.route_query(qraw)
+    router.ranker = "transformer-pairwise"
+    with pytest.raises(DataError, match="reads passage text"):
+        router.route_query(_one_query(raw, raw.qids[0]))

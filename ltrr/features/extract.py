@@ -70,7 +70,9 @@ __all__ = [
     "POST_COLUMNS",
     "RAW_COLUMNS",
     "RawFeatures",
+    "QueryRaw",
     "extract_raw",
+    "extract_query",
     "query_length",
     "write_feature_tables",
     "read_feature_tables",
@@ -309,6 +311,52 @@ def _batch_features(
     }
 
 
+def _layout(qi, ai, rank, scores, docids, texts, n_arms: int, k: int | None):
+    """Sort result rows into (query, arm, rank) order and number each row's slot within its
+    (query, arm) cell; with ``k``, keep each cell's best ``k``. Returns the sorted arrays."""
+    order = np.lexsort((rank, ai, qi))
+    qi, ai, scores, docids, texts = (x[order] for x in (qi, ai, scores, docids, texts))
+    cell = qi * n_arms + ai
+    start_of_cell = np.r_[True, cell[1:] != cell[:-1]] if len(cell) else np.zeros(0, bool)
+    cell_start = (
+        np.maximum.accumulate(np.where(start_of_cell, np.arange(len(cell)), 0))
+        if len(cell)
+        else cell
+    )
+    slot = np.arange(len(cell)) - cell_start
+    if k is not None:
+        keep = slot < k
+        qi, ai, scores, docids, texts, slot = (
+            x[keep] for x in (qi, ai, scores, docids, texts, slot)
+        )
+    return qi, ai, scores, docids, texts, slot
+
+
+def _post_block(Q, qi, ai, slot, scores, docids, texts, n_arms, source, moran_neighbours):
+    """Post-retrieval features of the queries ``Q`` (B, dim) from their laid-out result rows
+    (``qi`` relative to the block): ``({column: (B, A)}, n_docs (B, A))``."""
+    B, dim = Q.shape
+    uniq, first, inv = np.unique(docids, return_index=True, return_inverse=True)
+    E = np.asarray(source.get(uniq.tolist(), [str(t) for t in texts[first]]))
+    if E.ndim != 2 or E.shape[0] != len(uniq):
+        raise DataError(f"the embedding source returned shape {E.shape} for {len(uniq)} passages")
+    if E.shape[1] != dim:
+        raise DataError(
+            f"passage embeddings have dimension {E.shape[1]} but query embeddings {dim}: "
+            "queries and passages must come from the same encoder"
+        )
+    E = _unit(E)
+    K = int(slot.max()) + 1
+    D = np.zeros((B, n_arms, K, dim))
+    S = np.zeros((B, n_arms, K))
+    Mk = np.zeros((B, n_arms, K), dtype=bool)
+    idx = (qi, ai, slot)
+    D[idx] = E[inv]
+    S[idx] = scores
+    Mk[idx] = True
+    return _batch_features(Q, D, S, Mk, moran_neighbours), Mk.sum(-1)
+
+
 def extract_raw(
     queries: pd.DataFrame,
     results: pd.DataFrame,
@@ -409,27 +457,13 @@ def extract_raw(
             f"results have a missing or non-finite score (first at qid {bad[0]!r}, arm {bad[1]!r})"
         )
 
-    # Rows in (query, arm, rank) order; keep the best k of each (query, arm).
     qi = res["qid"].map(qpos).to_numpy(np.int64)
     ai = res["arm"].map(apos).to_numpy(np.int64)
     rank = pd.to_numeric(res["rank"], errors="coerce").to_numpy(np.float64)
-    order = np.lexsort((rank, ai, qi))
-    qi, ai, scores = qi[order], ai[order], scores[order]
-    docids = res["docid"].astype(str).to_numpy()[order]
-    texts = res["text"].to_numpy()[order]
-    cell = qi * len(arm_list) + ai
-    start_of_cell = np.r_[True, cell[1:] != cell[:-1]] if len(cell) else np.zeros(0, bool)
-    cell_start = (
-        np.maximum.accumulate(np.where(start_of_cell, np.arange(len(cell)), 0))
-        if len(cell)
-        else cell
+    qi, ai, scores, docids, texts, slot = _layout(
+        qi, ai, rank, scores, res["docid"].astype(str).to_numpy(), res["text"].to_numpy(),
+        len(arm_list), k,
     )
-    slot = np.arange(len(cell)) - cell_start
-    if k is not None:
-        keep = slot < k
-        qi, ai, scores, docids, texts, slot = (
-            x[keep] for x in (qi, ai, scores, docids, texts, slot)
-        )
 
     enc, source = _sources(encoder, embedding_source)
     questions = q["question"].tolist()
@@ -460,30 +494,12 @@ def extract_raw(
         e = min(b + batch_size, len(q))
         if hi == lo:
             continue
-        uniq, first, inv = np.unique(docids[lo:hi], return_index=True, return_inverse=True)
-        E = np.asarray(source.get(uniq.tolist(), [str(t) for t in texts[lo:hi][first]]))
-        if E.ndim != 2 or E.shape[0] != len(uniq):
-            raise DataError(
-                f"the embedding source returned shape {E.shape} for {len(uniq)} passages"
-            )
-        if E.shape[1] != dim:
-            raise DataError(
-                f"passage embeddings have dimension {E.shape[1]} but query embeddings {dim}: "
-                "queries and passages must come from the same encoder"
-            )
-        E = _unit(E)
-        K = int(slot[lo:hi].max()) + 1
-        D = np.zeros((e - b, A, K, dim))
-        S = np.zeros((e - b, A, K))
-        Mk = np.zeros((e - b, A, K), dtype=bool)
-        idx = (qi[lo:hi] - b, ai[lo:hi], slot[lo:hi])
-        D[idx] = E[inv]
-        S[idx] = scores[lo:hi]
-        Mk[idx] = True
-        feats = _batch_features(Qall[b:e], D, S, Mk, moran_neighbours)
+        feats, n_docs[b:e] = _post_block(
+            Qall[b:e], qi[lo:hi] - b, ai[lo:hi], slot[lo:hi], scores[lo:hi], docids[lo:hi],
+            texts[lo:hi], A, source, moran_neighbours,
+        )
         for c in POST_COLUMNS:
             post[c][b:e] = feats[c]
-        n_docs[b:e] = Mk.sum(-1)
 
     clf = get_query_type_classifier(query_type)
     qtype = np.asarray(clf.predict(questions), dtype=np.float64)
@@ -515,6 +531,172 @@ def extract_raw(
         no_retrieval=nr,
         meta=meta,
     )
+
+
+# ---- one query, no pandas: the routing fast path ---------------------------------------------
+@dataclass
+class QueryRaw:
+    """Raw features of one query as arrays: what a router needs to route it, without a table.
+
+    `extract_query` builds it; ``FeaturePipeline.transform_query`` and
+    ``LTRRouter.route_query`` consume it. Values equal `extract_raw`'s for the same query
+    (`to_raw` gives the `RawFeatures` form).
+
+    Parameters
+    ----------
+    qid, question : str
+    columns : dict of str to ndarray of shape (n_arms,)
+        The numeric columns of `RAW_COLUMNS` (bookkeeping, pre- and post-retrieval), one value
+        per arm in ``arms`` order.
+    query_embedding : ndarray of shape (dim,)
+        Unit-length query embedding (float32).
+    arms, no_retrieval : list of str
+    meta : dict
+        As `RawFeatures.meta`.
+    """
+
+    qid: str
+    question: str
+    columns: dict[str, np.ndarray]
+    query_embedding: np.ndarray
+    arms: list[str]
+    no_retrieval: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_raw(self) -> RawFeatures:
+        """The same features as a one-query `RawFeatures` (the table form)."""
+        A = len(self.arms)
+        table = pd.DataFrame(
+            {
+                "qid": pd.Series([self.qid] * A, dtype=object),
+                "arm": pd.Series(list(self.arms), dtype=object),
+                **{c: self.columns[c] for c in RAW_COLUMNS[2:]},
+            }
+        )
+        return RawFeatures(
+            table=table,
+            query_embeddings=self.query_embedding[None, :],
+            qids=[self.qid],
+            arms=list(self.arms),
+            no_retrieval=list(self.no_retrieval),
+            meta=dict(self.meta),
+        )
+
+
+_CLASSIFIERS: dict[str, Any] = {}
+
+
+def extract_query(
+    question: str,
+    results: pd.DataFrame,
+    *,
+    arms: Sequence[str],
+    no_retrieval: str | Sequence[str] | None,
+    embedding_source: Any,
+    query_embedding: np.ndarray | None = None,
+    encoder: Any = "minilm",
+    k: int | None = None,
+    query_type: Any = "rules",
+    moran_neighbours: int | None = None,
+    qid: str = "q0",
+) -> QueryRaw:
+    """Raw features of one query with numpy only: the per-query routing path.
+
+    `extract_raw` builds a table for many queries; routing one question at a time would spend
+    most of its time in pandas there (~3.8 ms per query on the demo, against ~0.3 ms here; see
+    ``benchmarks/routing.py``). The arithmetic is shared (`_layout`, `_post_block`), so both give
+    the same values; a test checks it on demo queries.
+
+    Parameters
+    ----------
+    question : str
+    results : DataFrame
+        This query's results from the pool: ``arm, rank, docid, score, text`` (a ``qid`` column
+        may be there, with one value).
+    arms, no_retrieval, embedding_source, encoder, k, query_type, moran_neighbours
+        As in `extract_raw`; ``embedding_source`` is required (the pool's
+        ``embedding_source()``), so stored passage embeddings are reused.
+    query_embedding : ndarray of shape (dim,), optional
+        The query's embedding, e.g. as the dense arm computed it; encoded with ``encoder`` if
+        not given.
+    qid : str
+        Identifier carried into the output.
+
+    Returns
+    -------
+    QueryRaw
+    """
+    arm_list = _arm_list(arms)
+    nr = _no_retrieval_list(no_retrieval, arm_list)
+    if not isinstance(question, str) or not question.strip():
+        raise DataError("the question is empty; routing needs a non-empty question")
+    if not isinstance(results, pd.DataFrame):
+        raise DataError(f"results must be a DataFrame (arm, rank, docid, score, text), got {type(results).__name__}")
+    missing = [c for c in ("arm", "rank", "docid", "score", "text") if c not in results.columns]
+    if missing:
+        raise DataError(f"results are missing column(s) {', '.join(missing)}")
+    if "qid" in results.columns and len(results) > 1:
+        qv = results["qid"].to_numpy()
+        if (qv[1:] != qv[0]).any():
+            raise DataError("extract_query takes the results of one query; use extract_raw for many")
+    if embedding_source is None:
+        raise ConfigError("extract_query needs an embedding_source (the pool's embedding_source())")
+    apos = {a: i for i, a in enumerate(arm_list)}
+    arm_col = results["arm"].to_numpy()
+    ai = np.fromiter((apos.get(str(a), -1) for a in arm_col), dtype=np.int64, count=len(arm_col))
+    if (ai < 0).any():
+        raise DataError(f"results have arm(s) {sorted(set(map(str, arm_col[ai < 0])))} that are not in arms {arm_list}")
+    if nr and np.isin(ai, [apos[a] for a in nr]).any():
+        raise DataError(f"no-retrieval arm(s) {sorted(set(map(str, arm_col)) & set(nr))} have result rows; a no-retrieval arm has no passages")
+    scores = np.asarray(results["score"].to_numpy(), dtype=np.float64)
+    if not np.isfinite(scores).all():
+        raise DataError("results have a missing or non-finite score")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise ConfigError(f"k must be a positive integer or None, got {k!r}")
+    enc, source = _sources(encoder, embedding_source)
+    if query_embedding is None:
+        from ltrr.embed import get_encoder
+
+        qenc = get_encoder(enc) if isinstance(enc, str) else enc
+        query_embedding = qenc.encode_queries([question])[0]
+    Q = _unit(np.asarray(query_embedding, dtype=np.float64).reshape(1, -1))
+    A = len(arm_list)
+    qi = np.zeros(len(ai), dtype=np.int64)
+    rank = np.asarray(results["rank"].to_numpy(), dtype=np.float64)
+    qi, ai, scores, docids, texts, slot = _layout(
+        qi, ai, rank, scores, results["docid"].to_numpy(), results["text"].to_numpy(), A, k
+    )
+    if len(ai):
+        feats, n_docs = _post_block(Q, qi, ai, slot, scores, docids, texts, A, source, moran_neighbours)
+        post = {c: feats[c][0] for c in POST_COLUMNS}
+        n_docs = n_docs[0]
+    else:
+        post = {c: np.full(A, np.nan) for c in POST_COLUMNS}
+        n_docs = np.zeros(A, dtype=np.int64)
+    if isinstance(query_type, str):
+        clf = _CLASSIFIERS.get(query_type)
+        if clf is None:
+            from ltrr.features.querytype import get_query_type_classifier
+
+            clf = _CLASSIFIERS.setdefault(query_type, get_query_type_classifier(query_type))
+    else:
+        clf = query_type
+    columns = {
+        "is_no_retrieval": np.array([a in nr for a in arm_list]),
+        "n_docs": n_docs,
+        "query_length": np.full(A, float(query_length(question))),
+        "query_type": np.full(A, float(np.asarray(clf.predict([question]))[0])),
+        **post,
+    }
+    meta = {
+        "version": RAW_VERSION,
+        "encoder": _encoder_name(enc),
+        "k": None if k is None else int(k),
+        "moran_neighbours": None if moran_neighbours is None else int(moran_neighbours),
+        "query_type": query_type if isinstance(query_type, str) else type(query_type).__name__,
+    }
+    return QueryRaw(qid=str(qid), question=question, columns=columns,
+                    query_embedding=Q[0].astype(np.float32), arms=arm_list, no_retrieval=nr, meta=meta)
 
 
 # ---- persistence ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from ltrr.features.extract import (
     KEY_COLUMNS,
     POST_COLUMNS,
     RAW_VERSION,
+    QueryRaw,
     RawFeatures,
 )
 
@@ -438,31 +439,66 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 "extract them with the same encoder"
             )
         table = raw.table
-        qids = table["qid"].astype(str).to_numpy()
+        Z = None
+        if "query_embedding" in spec.pre:
+            uq, inv = np.unique(table["qid"].astype(str).to_numpy(), return_inverse=True)
+            E = np.asarray(raw.embeddings_for(uq), dtype=np.float64)
+            Z = ((E - self.pca_mean_) @ self.pca_components_.T)[inv]
+        return self._assemble(lambda c: table[c].to_numpy(np.float64), Z,
+                              table["arm"].astype(str).to_numpy(), len(table))
+
+    def _assemble(self, column, Z, arms, n) -> np.ndarray:
+        """The feature matrix from ``column(name) -> (n,) float64``, the PCA block ``Z`` (n, d)
+        and the arm of each row: the one code path of `transform` and `transform_query`."""
+        spec = self.spec_
         blocks: list[np.ndarray] = []
         for f in spec.pre:
             if f == "query_embedding":
-                uq, inv = np.unique(qids, return_inverse=True)
-                E = np.asarray(raw.embeddings_for(uq), dtype=np.float64)
-                Z = (E - self.pca_mean_) @ self.pca_components_.T
-                blocks.append(Z[inv])
+                blocks.append(Z)
             elif f == "query_length":
-                v = table["query_length"].to_numpy(np.float64)
+                v = column("query_length")
                 blocks.append(((v - self.length_mean_) / self.length_scale_)[:, None])
             else:
-                blocks.append(table[f].to_numpy(np.float64)[:, None])
+                blocks.append(column(f)[:, None])
         if spec.post:
-            P = table[list(spec.post)].to_numpy(np.float64).copy()
+            P = np.column_stack([column(c) for c in spec.post]) if n else np.zeros((0, len(spec.post)))
             if self.impute:
                 nan = np.isnan(P)
                 P[nan] = np.broadcast_to(self.impute_values_, P.shape)[nan]
             blocks.append(P)
         if spec.missing_indicator:
-            blocks.append((table["n_docs"].to_numpy() == 0).astype(np.float64)[:, None])
+            blocks.append((column("n_docs") == 0).astype(np.float64)[:, None])
         if spec.one_hot_arms:
-            arms = table["arm"].astype(str).to_numpy()
             blocks.append(np.stack([(arms == a) for a in self.arms_], axis=1).astype(np.float64))
         return np.ascontiguousarray(np.hstack(blocks), dtype=np.float64)
+
+    def transform_query(self, qraw: QueryRaw) -> np.ndarray:
+        """`transform` for one query's `QueryRaw` (``extract_query``): the same rows, no pandas."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "feature_names_out_")
+        if not isinstance(qraw, QueryRaw):
+            raise DataError(f"transform_query takes a QueryRaw (ltrr.features.extract_query), got {type(qraw).__name__}")
+        spec = self.spec_
+        if qraw.meta.get("version") != RAW_VERSION:
+            raise DataError(f"raw features were extracted with feature version {qraw.meta.get('version')!r} "
+                            f"but this ltrr computes version {RAW_VERSION}")
+        if "query_embedding" in spec.pre and str(qraw.meta.get("encoder", "")) != self.encoder_:
+            raise DataError(f"raw features use encoder {qraw.meta.get('encoder')!r} but the pipeline was "
+                            f"fit on {self.encoder_!r}; extract them with the same encoder")
+        n = len(qraw.arms)
+        Z = None
+        if "query_embedding" in spec.pre:
+            z = (np.asarray(qraw.query_embedding, dtype=np.float64) - self.pca_mean_) @ self.pca_components_.T
+            Z = np.broadcast_to(z, (n, len(z)))
+        cols = qraw.columns
+
+        def column(c):
+            if c not in cols:
+                raise DataError(f"the query's raw features lack column {c!r}")
+            return np.asarray(cols[c], dtype=np.float64)
+
+        return self._assemble(column, Z, np.asarray(qraw.arms, dtype=str), n)
 
     def transform_frame(self, raw: RawFeatures) -> pd.DataFrame:
         """`transform` as a DataFrame with ``qid`` and ``arm`` first, then the named features."""

@@ -163,6 +163,20 @@ class LTRRouter(Router):
         scores = np.asarray(self.ranker_.predict(self._matrix(raw, texts)), dtype=float)
         return _frame(raw.table, scores)
 
+    def route_query(self, qraw: Any) -> list[tuple[str, float]]:
+        """Rank the arms of one query from its `ltrr.features.QueryRaw`: ``[(arm, score), ...]``,
+        best first, ties to the earlier arm (as `ranking`). The per-query path: no pandas."""
+        if not hasattr(self, "ranker_"):
+            raise NotFittedError("LTRRouter is not fitted; call fit(raw, labels) or LTRRouter.load(folder)")
+        if self.ranker in _TEXT_RANKERS:
+            raise DataError(f"ranker {self.ranker!r} reads passage text; use route(question) or route_scores(raw, texts=...)")
+        if list(qraw.arms) != self.arms_:
+            raise DataError(f"the router was trained on arms {self.arms_}, not {list(qraw.arms)}")
+        scores = np.asarray(self.ranker_.predict(self.pipeline_.transform_query(qraw)), dtype=np.float64)
+        key = np.where(np.isnan(scores), -np.inf, scores)
+        order = np.lexsort((np.arange(len(key)), -key))
+        return [(self.arms_[i], float(scores[i])) for i in order]
+
     def feature_importance(self) -> dict[str, float]:
         """Total-gain importances of the GBDT rankers, by feature name; empty for other rankers."""
         booster = getattr(self.ranker_, "booster_", None)
@@ -196,16 +210,22 @@ class LTRRouter(Router):
         pool = self._pool()
         q = pd.DataFrame({"qid": ["q0"], "question": [question]})
         results = pool.search(q)
-        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(),
-                          no_retrieval=[a.name for a in pool.arms if a.is_no_retrieval])
+        nr = [a.name for a in pool.arms if a.is_no_retrieval]
+        self._last_results = results
+        if self.ranker not in _TEXT_RANKERS:
+            from ltrr.features import extract_query
+
+            qraw = extract_query(question, results, arms=pool.arm_names, no_retrieval=nr,
+                                 embedding_source=pool.embedding_source())
+            ranked = self.route_query(qraw)
+            return pd.DataFrame({"arm": [a for a, _ in ranked], "score": [s for _, s in ranked],
+                                 "rank": np.arange(1, len(ranked) + 1)})
+        from ltrr.routers.trainfree import rank_scores
+
+        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(), no_retrieval=nr)
         texts = results.groupby(["qid", "arm"])["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
         texts["query_text"] = question
-        ranking = self.ranking(raw) if self.ranker not in _TEXT_RANKERS else None
-        if ranking is None:
-            from ltrr.routers.trainfree import rank_scores
-
-            ranking = rank_scores(self.route_scores(raw, texts=texts), list(raw.arms))
-        self._last_results = results
+        ranking = rank_scores(self.route_scores(raw, texts=texts), list(raw.arms))
         return ranking[["arm", "score", "rank"]].reset_index(drop=True)
 
     def answer(self, question: str, generator=None, *, template: str = "short_answer") -> dict:
