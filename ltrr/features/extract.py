@@ -311,6 +311,24 @@ def _batch_features(
     }
 
 
+def _check_options(k: Any, moran_neighbours: Any) -> None:
+    for name, value in (("k", k), ("moran_neighbours", moran_neighbours)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+        ):
+            raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+def _raw_meta(enc: Any, k: int | None, moran_neighbours: int | None, query_type: Any) -> dict:
+    return {
+        "version": RAW_VERSION,
+        "encoder": _encoder_name(enc),
+        "k": None if k is None else int(k),
+        "moran_neighbours": None if moran_neighbours is None else int(moran_neighbours),
+        "query_type": query_type if isinstance(query_type, str) else type(query_type).__name__,
+    }
+
+
 def _layout(qi, ai, rank, scores, docids, texts, n_arms: int, k: int | None):
     """Sort result rows into (query, arm, rank) order and number each row's slot within its
     (query, arm) cell; with ``k``, keep each cell's best ``k``. Returns the sorted arrays."""
@@ -418,16 +436,7 @@ def extract_raw(
     if len(q) == 0:
         raise DataError("queries is empty; features need at least one query")
     res = validate_results(results, extra=("arm",))
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-        raise ConfigError(f"k must be a positive integer or None, got {k!r}")
-    if moran_neighbours is not None and (
-        isinstance(moran_neighbours, bool)
-        or not isinstance(moran_neighbours, (int, np.integer))
-        or moran_neighbours < 1
-    ):
-        raise ConfigError(
-            f"moran_neighbours must be a positive integer or None, got {moran_neighbours!r}"
-        )
+    _check_options(k, moran_neighbours)
     if (
         isinstance(batch_size, bool)
         or not isinstance(batch_size, (int, np.integer))
@@ -516,13 +525,7 @@ def extract_raw(
             **{c: post[c].reshape(-1) for c in POST_COLUMNS},
         }
     )
-    meta = {
-        "version": RAW_VERSION,
-        "encoder": _encoder_name(enc),
-        "k": None if k is None else int(k),
-        "moran_neighbours": None if moran_neighbours is None else int(moran_neighbours),
-        "query_type": query_type if isinstance(query_type, str) else type(query_type).__name__,
-    }
+    meta = _raw_meta(enc, k, moran_neighbours, query_type)
     return RawFeatures(
         table=table,
         query_embeddings=Qall.astype(np.float32),
@@ -651,8 +654,7 @@ def extract_query(
     scores = np.asarray(results["score"].to_numpy(), dtype=np.float64)
     if not np.isfinite(scores).all():
         raise DataError("results have a missing or non-finite score")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-        raise ConfigError(f"k must be a positive integer or None, got {k!r}")
+    _check_options(k, moran_neighbours)
     enc, source = _sources(encoder, embedding_source)
     if query_embedding is None:
         from ltrr.embed import get_encoder
@@ -688,13 +690,7 @@ def extract_query(
         "query_type": np.full(A, float(np.asarray(clf.predict([question]))[0])),
         **post,
     }
-    meta = {
-        "version": RAW_VERSION,
-        "encoder": _encoder_name(enc),
-        "k": None if k is None else int(k),
-        "moran_neighbours": None if moran_neighbours is None else int(moran_neighbours),
-        "query_type": query_type if isinstance(query_type, str) else type(query_type).__name__,
-    }
+    meta = _raw_meta(enc, k, moran_neighbours, query_type)
     return QueryRaw(qid=str(qid), question=question, columns=columns,
                     query_embedding=Q[0].astype(np.float32), arms=arm_list, no_retrieval=nr, meta=meta)
 
