@@ -247,6 +247,27 @@ def _print_results(run, paths) -> None:
         if k.startswith("plot_"):
             _log(f"plot:   {v}")
 
+def cmd_cache_merge(args: argparse.Namespace) -> int:
+    from ltrr.data.io import data_root
+    from ltrr.generation.cache import GenerationCache
+    from ltrr.generation.prebuilt import import_prebuilt
+
+    into = Path(args.into) if args.into else data_root() / "cache" / "generations.sqlite"
+    for src in args.sources:  # check every source before writing anything
+        if not Path(src).is_file():
+            raise LtrrError(f"no generation cache at {src}")
+    with GenerationCache(into) as cache:
+        for src in args.sources:
+            if str(src).endswith(".jsonl.gz"):
+                added = import_prebuilt(src, cache)
+                _log(f"{src}: {added} generations added (a prebuilt export, sha256 verified)")
+            else:
+                r = cache.merge(src)
+                _log(f"{src}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
+                     f"{r['corrupt']} corrupt (skipped)")
+        _log(f"{into}: {len(cache)} rows")
+    return 0
+
 def cmd_cache_export(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -339,6 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     ce.add_argument("config")
     ce.add_argument("out", help="output .jsonl.gz (a .json checksum is written beside it)")
     ce.set_defaults(func=cmd_cache_export)
+    cm = csub.add_parser("merge", help="copy the rows of other caches (e.g. shards labelled on other machines) into this one")
+    cm.add_argument("sources", nargs="+", help="cache files (.sqlite) or prebuilt exports (.jsonl.gz)")
+    cm.add_argument("--into", help="cache to merge into (default: data/cache/generations.sqlite)")
+    cm.set_defaults(func=cmd_cache_merge)
 
     fe = sub.add_parser("features", help="extract routing features into features/<run>/")
     fe.add_argument("config")

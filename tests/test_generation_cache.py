@@ -313,3 +313,71 @@ def test_survives_sigkill_of_a_writer(tmp_path):
         result = cache.check()
     assert result["corrupt"] == 0 and result["integrity"] == "ok"
     assert result["rows"] >= committed and result["rows"] % 10 == 0
+
+
+# ---- merging caches: the scale-out path (shards labelled on other machines) ---------------------
+def test_merge_copies_missing_rows_verbatim_and_is_idempotent(tmp_path):
+    a, b = GenerationCache(tmp_path / "a.sqlite"), GenerationCache(tmp_path / "b.sqlite")
+    CachedGenerator(Scripted(), a).generate(["x", "y"])
+    CachedGenerator(Scripted(), b).generate(["y", "z", "w"])
+    a.close(), b.close()
+    before = sqlite3.connect(tmp_path / "b.sqlite").execute("SELECT * FROM generations ORDER BY key").fetchall()
+    with GenerationCache(tmp_path / "a.sqlite") as into:
+        assert into.merge(tmp_path / "b.sqlite") == {"rows": 3, "added": 2, "present": 1, "corrupt": 0}
+        assert into.merge(tmp_path / "b.sqlite") == {"rows": 3, "added": 0, "present": 3, "corrupt": 0}
+        assert into.check() == {"rows": 4, "corrupt": 0, "integrity": "ok"}
+        gen = CachedGenerator(Scripted(), into)
+        assert [g.text for g in gen.generate(["x", "y", "z", "w"])] == ["out:x", "out:y", "out:z", "out:w"]
+        assert gen.generator_calls == 0  # every generation is served from the merged rows
+    after = set(sqlite3.connect(tmp_path / "a.sqlite").execute("SELECT * FROM generations").fetchall())
+    new_rows = [r for r in before if r[4] in ("out:z", "out:w")]
+    assert len(new_rows) == 2 and set(new_rows) <= after  # copied as they were (created_at, checksum)
+    assert next(r for r in after if r[4] == "out:y") not in before  # a key already here is kept
+
+
+def test_merge_skips_corrupt_rows(tmp_path):
+    src = GenerationCache(tmp_path / "src.sqlite")
+    CachedGenerator(Scripted(), src).generate(["p", "q"])
+    src.close()
+    with raw_conn(tmp_path / "src.sqlite") as conn:
+        conn.execute("UPDATE generations SET text = 'tampered' WHERE text = 'out:q'")
+    with GenerationCache(tmp_path / "into.sqlite") as into:
+        assert into.merge(tmp_path / "src.sqlite") == {"rows": 2, "added": 1, "present": 0, "corrupt": 1}
+        assert into.check() == {"rows": 1, "corrupt": 0, "integrity": "ok"}
+
+
+def test_merge_bad_sources(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not sqlite" * 200)
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    with GenerationCache(tmp_path / "into.sqlite") as into:
+        with pytest.raises(NotBuiltError, match="no generation cache"):
+            into.merge(tmp_path / "missing.sqlite")
+        with pytest.raises(ConfigError, match="not an ltrr generation cache"):
+            into.merge(junk)
+        with pytest.raises(ConfigError, match="not an ltrr generation cache"):
+            into.merge(other)
+        with pytest.raises(ConfigError, match="into itself"):
+            into.merge(tmp_path / "into.sqlite")
+        assert len(into) == 0
+
+
+def test_cli_cache_merge(tmp_path, capsys, monkeypatch):
+    from ltrr.cli import main
+
+    monkeypatch.setenv("LTRR_DATA_DIR", str(tmp_path / "data"))
+    for name, prompts in (("s0.sqlite", ["a", "b"]), ("s1.sqlite", ["b", "c"])):
+        with GenerationCache(tmp_path / name) as c:
+            CachedGenerator(Scripted(), c).generate(prompts)
+    assert main(["cache", "merge", str(tmp_path / "s0.sqlite"), str(tmp_path / "s1.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "2 added" in out and "1 already present" in out and "3 rows" in out.splitlines()[-1]
+    assert len(GenerationCache(tmp_path / "data" / "cache" / "generations.sqlite")) == 3
+    # a missing source is refused before anything is written
+    target = tmp_path / "fresh.sqlite"
+    assert main(["cache", "merge", str(tmp_path / "s0.sqlite"), str(tmp_path / "nope.sqlite"), "--into", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ltrr: error: no generation cache") and not target.exists()

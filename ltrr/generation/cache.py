@@ -262,6 +262,58 @@ class GenerationCache:
                 conn.execute("COMMIT")
         return {"rows": n, "corrupt": len(bad), "integrity": integrity}
 
+    def merge(self, source: str | os.PathLike[str]) -> dict[str, int]:
+        """Copy into this cache the rows of another cache file that it lacks.
+
+        The scale-out path of labelling: N machines each run ``ltrr label CONFIG --shard i/N``
+        into their own cache, and the caches are merged into one, where ``ltrr label CONFIG``
+        then finds every generation. Rows are copied verbatim (their checksums stay valid);
+        a row whose checksum fails in ``source`` is skipped and counted, never copied; a key
+        already here is kept as it is. The copy is one transaction: all or nothing.
+
+        Returns ``{"rows", "added", "present", "corrupt"}`` over the rows of ``source``.
+        """
+        src = Path(source)
+        if src.resolve() == self.path.resolve():
+            raise ConfigError(f"cannot merge the generation cache {str(src)!r} into itself")
+        if not src.is_file():
+            raise NotBuiltError(f"no generation cache at {src}")
+        try:
+            other = sqlite3.connect(f"file:{src.resolve()}?mode=ro", uri=True)
+            try:
+                tables = {r[0] for r in other.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not {"generations", "meta"} <= tables:
+                    raise ConfigError(f"{src} is an SQLite file but not an ltrr generation cache")
+                version = other.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+                if version is None or version[0] != str(SCHEMA_VERSION):
+                    raise ConfigError(
+                        f"{src}: generation cache schema version {version and version[0]!r}, "
+                        f"this ltrr reads {SCHEMA_VERSION}"
+                    )
+                rows = other.execute(f"SELECT {_COLUMNS} FROM generations").fetchall()
+            finally:
+                other.close()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
+        good = [r for r in rows if _row_checksum(r[:-1]) == r[-1]]
+        with self._lock:
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                before = conn.total_changes
+                conn.executemany(
+                    f"INSERT OR IGNORE INTO generations ({_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    good,
+                )
+                added = conn.total_changes - before
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return {"rows": len(rows), "added": added, "present": len(good) - added,
+                "corrupt": len(rows) - len(good)}
+
     def stats(self) -> dict[str, Any]:
         """Rows, size on disk, rows per backend and model identity, corrupt rows."""
         checked = self.check()
