@@ -69,7 +69,8 @@ def main() -> None:
         identical = bool(np.array_equal(before["score"].to_numpy(), after["score"].to_numpy()))
         rows.append({"ranker": name, "queries": len(sub.qids), "rows": len(sub), "fit_s": round(fit_s, 2),
                      "model_kib": round(size / 1024, 1), "reload_identical": identical,
-                     "note": "subset, max_length 128, 1 epoch" if text else ""})
+                     "note": (("subset" if len(sub.qids) < len(raw.qids) else "all queries")
+                              + ", max_length 128, 1 epoch") if text else ""})
         print(rows[-1], flush=True)
     df = pd.DataFrame(rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
