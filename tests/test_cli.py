@@ -24,7 +24,7 @@ QUERIES = [
 ]
 
 
-def _tiny(tmp_path, with_dense=False):
+def _tiny(tmp_path, with_dense=False, encoder="minilm"):
     ds = tmp_path / "tiny"
     ds.mkdir()
     with (ds / "corpus.jsonl").open("w") as fh:
@@ -39,12 +39,12 @@ def _tiny(tmp_path, with_dense=False):
     dense = """
 [retrievers.dense]
 type = "dense"
-encoder = "minilm"
+encoder = "{encoder}"
 [[arms]]
 name = "dense"
 retriever = "dense"
 k = 2
-""" if with_dense else ""
+""".format(encoder=encoder) if with_dense else ""
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(f"""
 [run]
@@ -113,6 +113,23 @@ def test_dense_arm_through_cli(env, capsys):
     assert main(["search", str(cfg), "--arm", "dense", "--json", "which river flows north in africa"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["docid"] == "nile" and rows[0]["rank"] == 1
+
+
+@pytest.mark.slow
+def test_features_follow_the_pools_dense_encoder(env, capsys):
+    """A pool whose dense arm uses e5 gets e5 query embeddings in its features (it used to be
+    refused: the feature extractor defaulted to MiniLM queries against e5 passages)."""
+    from ltrr.config import load_config
+    from ltrr.features import read_feature_tables
+    from ltrr.pipeline import Run
+
+    cfg, _ = _tiny(env, with_dense=True, encoder="e5")
+    assert main(["index", str(cfg)]) == 0
+    run = Run(load_config(cfg), log=lambda m: None)
+    run.stage_retrieve()
+    raw = read_feature_tables(run.stage_features())
+    assert raw.meta["encoder"] == "e5"
+    assert raw.table.loc[raw.table["arm"] == "dense", "overall_sim"].notna().all()
 
 
 def test_unknown_arm(env, capsys):

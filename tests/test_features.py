@@ -418,6 +418,22 @@ def test_dimension_and_encoder_mismatch_rejected():
         )
 
 
+def test_default_encoder_is_the_embedding_sources():
+    """With no encoder given, queries are taken to be in the passage source's space: a pool
+    whose dense arm uses e5 must not be compared with MiniLM query vectors (nor refused)."""
+    queries, results, qemb = hand_inputs()
+
+    class Named(DictSource):
+        encoder_name = "e5"
+
+    raw = extract_raw(queries, results, arms=["a", "b", "none"], no_retrieval="none",
+                      embedding_source=Named(VECTORS), query_embeddings=qemb)
+    assert raw.meta["encoder"] == "e5"
+    raw = extract_raw(queries, results, arms=["a", "b", "none"], no_retrieval="none",
+                      embedding_source=DictSource(VECTORS), query_embeddings=qemb)
+    assert raw.meta["encoder"] == "minilm"  # a source that names no encoder
+
+
 def test_embeddings_fetched_once_per_batch():
     src = DictSource(VECTORS)
     queries, results, qemb = hand_inputs()

@@ -222,9 +222,15 @@ class _EncoderSource:
 
 
 def _sources(encoder: Any, embedding_source: Any):
-    """(query encoder or None, passage source): the name check keeps both on one encoder."""
+    """(query encoder or None, passage source): the name check keeps both on one encoder.
+
+    ``encoder=None`` means the embedding source's encoder (a pool whose dense arm uses ``e5``
+    gives e5 query embeddings), else ``"minilm"``.
+    """
     from ltrr.retrieval.rerank import EmbeddingSource
 
+    if encoder is None:
+        encoder = str(getattr(embedding_source, "encoder_name", None) or "minilm")
     if embedding_source is not None:
         src_name = getattr(embedding_source, "encoder_name", None)
         if isinstance(encoder, str) and src_name is not None and str(src_name) != encoder:
@@ -381,7 +387,7 @@ def extract_raw(
     *,
     arms: Sequence[str],
     no_retrieval: str | Sequence[str] | None,
-    encoder: Any = "minilm",
+    encoder: Any = None,
     embedding_source: Any = None,
     k: int | None = None,
     query_embeddings: np.ndarray | None = None,
@@ -404,8 +410,9 @@ def extract_raw(
         Every arm of the pool, in pool order (any number).
     no_retrieval : str, list of str or None
         The no-retrieval arm(s); they must have no result rows.
-    encoder : str or Encoder
-        Encoder of queries (and of passages that ``embedding_source`` lacks).
+    encoder : str, Encoder or None
+        Encoder of queries (and of passages that ``embedding_source`` lacks). None: the
+        encoder of ``embedding_source`` (the pool's dense encoder), else ``"minilm"``.
     embedding_source : object with ``get(docids, texts)``, optional
         Where passage embeddings come from; pass the pool's `ltrr.retrieval.EmbeddingSource`
         over its dense index so stored embeddings are reused. Default: a fresh
@@ -597,7 +604,7 @@ def extract_query(
     no_retrieval: str | Sequence[str] | None,
     embedding_source: Any,
     query_embedding: np.ndarray | None = None,
-    encoder: Any = "minilm",
+    encoder: Any = None,
     k: int | None = None,
     query_type: Any = "rules",
     moran_neighbours: int | None = None,
