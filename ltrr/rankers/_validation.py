@@ -231,6 +231,20 @@ def check_predict_data(ranker: Any, X: Any, *, dtype: Any = np.float64) -> np.nd
     """
     check_is_fitted(ranker)
     allow_nan = get_tags(ranker).input_tags.allow_nan
+    # Already-valid input (a non-empty float ndarray of the fitted width, fitted without
+    # feature names, finite or NaN where allowed) passes as it is: validate_data would return
+    # it unchanged at ~0.2 ms a call, which is most of a per-query routing decision. Anything
+    # else goes through validate_data and its errors.
+    if (
+        type(X) is np.ndarray
+        and X.dtype == dtype
+        and X.ndim == 2
+        and X.shape[0] > 0
+        and X.shape[1] == getattr(ranker, "n_features_in_", -1)
+        and not hasattr(ranker, "feature_names_in_")
+        and not (np.isinf(X).any() if allow_nan else not np.isfinite(X).all())
+    ):
+        return X
     try:
         return validate_data(
             ranker,
