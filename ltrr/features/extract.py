@@ -613,7 +613,7 @@ def extract_query(
     """Raw features of one query with numpy only: the per-query routing path.
 
     `extract_raw` builds a table for many queries; routing one question at a time would spend
-    most of its time in pandas there (~3.8 ms per query on the demo, against ~0.3 ms here; see
+    most of its time in pandas there (~3.6 ms per query on the demo, against ~0.9 ms here; see
     ``benchmarks/routing.py``). The arithmetic is shared (`_layout`, `_post_block`), so both give
     the same values; a test checks it on demo queries.
 
