@@ -298,8 +298,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.retrieval_only:
         _log(f"done in {time.perf_counter() - t0:.1f}s")
         return 0
-    run.stage_label(tolerate_failures=True if args.tolerate_failures else None)
-    run.stage_features()
+    run.stage_label(force=args.force, tolerate_failures=True if args.tolerate_failures else None)
+    run.stage_features(force=args.force)
     paths = run.stage_eval(force=args.force)
     _print_results(run, paths)
     _log(f"done in {time.perf_counter() - t0:.1f}s")

@@ -132,6 +132,32 @@ def test_features_follow_the_pools_dense_encoder(env, capsys):
     assert raw.table.loc[raw.table["arm"] == "dense", "overall_sim"].notna().all()
 
 
+def test_run_force_redoes_every_stage(env, monkeypatch):
+    """`ltrr run --force` promises to redo stages even if up to date: every stage gets it (the
+    label and features stages used to be skipped by their fingerprints)."""
+    from ltrr import pipeline
+
+    cfg, _ = _tiny(env)
+    seen = {}
+
+    def record(name, ret=None):
+        def stage(self, *args, **kw):
+            seen[name] = kw.get("force")
+            return ret
+        return stage
+
+    monkeypatch.setattr(pipeline.Run, "run_all", record("run_all", {}))
+    monkeypatch.setattr(pipeline.Run, "retrieval_report", lambda self: None)
+    monkeypatch.setattr(pipeline.Run, "stage_label", record("label"))
+    monkeypatch.setattr(pipeline.Run, "stage_features", record("features"))
+    monkeypatch.setattr(pipeline.Run, "stage_eval", record("eval", {}))
+    monkeypatch.setattr("ltrr.cli._print_results", lambda run, paths: None)
+    assert main(["run", str(cfg), "--force"]) == 0
+    assert seen == {"run_all": True, "label": True, "features": True, "eval": True}
+    assert main(["run", str(cfg)]) == 0
+    assert seen == {"run_all": False, "label": False, "features": False, "eval": False}
+
+
 def test_unknown_arm(env, capsys):
     cfg, _ = _tiny(env)
     assert main(["index", str(cfg)]) == 0
