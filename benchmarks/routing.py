@@ -54,7 +54,7 @@ def main() -> None:
     nr = [a.name for a in pool.arms if a.is_no_retrieval]
     by_q = {q: g for q, g in results.groupby("qid", sort=False)}
     qrow = {q: i for i, q in enumerate(queries["qid"])}
-    qtext = dict(zip(queries["qid"], queries["question"]))
+    qtext = dict(zip(queries["qid"], queries["question"], strict=True))
     # in hand before the clock starts: each query's results and its embedding (from the dense arm)
     qemb = {q: raw.embeddings_for([q]) for q in qids}
     qframe = {q: queries.iloc[[qrow[q]]] for q in qids}

@@ -77,7 +77,9 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
     _log(f"[datasheet] {folder / 'DATASHEET.md'}")
     return text
 
+
 _START, _END = "<!-- datasheet:start -->", "<!-- datasheet:end -->"
+
 
 def _splice(path: Path, text: str) -> None:
     """Replace the generated section of a README between the datasheet markers."""
@@ -90,6 +92,7 @@ def _splice(path: Path, text: str) -> None:
     else:
         new = (old.rstrip() + "\n\n" if old else "") + block + "\n"
     write_text_atomic(path, new)
+
 
 def cmd_data_stats(args: argparse.Namespace) -> int:
     from ltrr._tables import markdown_table
@@ -105,6 +108,7 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     _log(markdown_table(per, ".1f"))
     return 0
 
+
 # ---- retrieval ---------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -113,6 +117,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     run = Run(load_config(args.config), log=_log)
     run.stage_index()
     return 0
+
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -135,6 +140,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         text = r.text.replace("\n", " | ")
         _log(f"{r.rank:>2}  {r.score:8.4f}  {r.docid}  {text[:110]}")
     return 0
+
 
 # ---- labels and cache -------------------------------------------------------------------
 def cmd_label(args: argparse.Namespace) -> int:
@@ -159,6 +165,7 @@ def cmd_label(args: argparse.Namespace) -> int:
                     tolerate_failures=True if args.tolerate_failures else None, shard=shard)
     return 0
 
+
 def cmd_cache_stats(args: argparse.Namespace) -> int:
     from ltrr.data.io import data_root
     from ltrr.generation.cache import stats
@@ -169,6 +176,7 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     _log(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
     return 0
 
+
 # ---- features, training, routing, evaluation ---------------------------------------------
 def cmd_features(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -177,6 +185,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     run = Run(load_config(args.config), log=_log)
     run.stage_features(force=args.force)
     return 0
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -191,6 +200,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = run.stage_train(ranker)
     _log(f"model: {out}\ntry: ltrr route {out} \"your question\"")
     return 0
+
 
 def cmd_route(args: argparse.Namespace) -> int:
     from ltrr.routers.ltr import LTRRouter
@@ -214,6 +224,7 @@ def cmd_route(args: argparse.Namespace) -> int:
         _log(f"answer ({out['arm']}): {out['answer']}")
     return 0
 
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -222,6 +233,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     paths = run.stage_eval(force=args.force)
     _print_results(run, paths)
     return 0
+
 
 def _print_results(run, paths) -> None:
     table = run.reports_dir / "table1.csv"
@@ -247,6 +259,7 @@ def _print_results(run, paths) -> None:
         if k.startswith("plot_"):
             _log(f"plot:   {v}")
 
+
 def cmd_cache_merge(args: argparse.Namespace) -> int:
     from ltrr.data.io import data_root
     from ltrr.generation.cache import GenerationCache
@@ -268,6 +281,7 @@ def cmd_cache_merge(args: argparse.Namespace) -> int:
         _log(f"{into}: {len(cache)} rows")
     return 0
 
+
 def cmd_cache_export(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -276,6 +290,7 @@ def cmd_cache_export(args: argparse.Namespace) -> int:
     side = run.export_generations(Path(args.out))
     _log(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
     return 0
+
 
 # ---- main job ----------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
@@ -304,6 +319,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print_results(run, paths)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -395,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     return p
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -410,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ltrr: interrupted", file=sys.stderr)
         return 130
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -36,7 +36,7 @@ def _tiny(tmp_path, with_dense=False, encoder="minilm"):
     with (ds / "qrels.jsonl").open("w") as fh:
         for (q, _, _), d in zip(QUERIES, ["canberra", "mona", "everest"], strict=True):
             fh.write(json.dumps({"qid": q, "docid": d, "relevance": 1}) + "\n")
-    dense = """
+    dense = f"""
 [retrievers.dense]
 type = "dense"
 encoder = "{encoder}"
@@ -44,7 +44,7 @@ encoder = "{encoder}"
 name = "dense"
 retriever = "dense"
 k = 2
-""".format(encoder=encoder) if with_dense else ""
+""" if with_dense else ""
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(f"""
 [run]

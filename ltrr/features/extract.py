@@ -495,7 +495,6 @@ def extract_raw(
                 f"query_embeddings must have shape (n_queries={len(q)}, dim), got {Qall.shape}"
             )
     Qall = _unit(Qall)
-    dim = Qall.shape[1]
 
     A = len(arm_list)
     post = {c: np.full((len(q), A), np.nan) for c in POST_COLUMNS}
