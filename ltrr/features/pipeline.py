@@ -353,15 +353,27 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 f"FeaturePipeline takes RawFeatures (ltrr.features.extract_raw), got {type(raw).__name__}"
             )
         raw.check_columns(spec.raw_columns)
-        version = raw.meta.get("version")
+        FeaturePipeline._check_version(raw.meta)
+        if len(raw.table) == 0:
+            raise DataError("the raw feature table has no rows")
+        return raw
+
+    @staticmethod
+    def _check_version(meta: dict) -> None:
+        version = meta.get("version")
         if version != RAW_VERSION:
             raise DataError(
                 f"raw features were extracted with feature version {version!r} but this ltrr "
                 f"computes version {RAW_VERSION}; re-extract them (`ltrr features CONFIG`)"
             )
-        if len(raw.table) == 0:
-            raise DataError("the raw feature table has no rows")
-        return raw
+
+    def _check_encoder(self, meta: dict) -> None:
+        enc = str(meta.get("encoder", ""))
+        if "query_embedding" in self.spec_.pre and enc != self.encoder_:
+            raise DataError(
+                f"raw features use encoder {enc!r} but the pipeline was fit on {self.encoder_!r}; "
+                "extract them with the same encoder"
+            )
 
     # ---- fit / transform ---------------------------------------------------------------
     def fit(self, raw: RawFeatures, y=None):
@@ -432,12 +444,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "feature_names_out_")
         spec = self.spec_
         raw = self._check_raw(raw, spec)
-        enc = str(raw.meta.get("encoder", ""))
-        if "query_embedding" in spec.pre and enc != self.encoder_:
-            raise DataError(
-                f"raw features use encoder {enc!r} but the pipeline was fit on {self.encoder_!r}; "
-                "extract them with the same encoder"
-            )
+        self._check_encoder(raw.meta)
         table = raw.table
         Z = None
         if "query_embedding" in spec.pre:
@@ -480,12 +487,8 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         if not isinstance(qraw, QueryRaw):
             raise DataError(f"transform_query takes a QueryRaw (ltrr.features.extract_query), got {type(qraw).__name__}")
         spec = self.spec_
-        if qraw.meta.get("version") != RAW_VERSION:
-            raise DataError(f"raw features were extracted with feature version {qraw.meta.get('version')!r} "
-                            f"but this ltrr computes version {RAW_VERSION}")
-        if "query_embedding" in spec.pre and str(qraw.meta.get("encoder", "")) != self.encoder_:
-            raise DataError(f"raw features use encoder {qraw.meta.get('encoder')!r} but the pipeline was "
-                            f"fit on {self.encoder_!r}; extract them with the same encoder")
+        self._check_version(qraw.meta)
+        self._check_encoder(qraw.meta)
         n = len(qraw.arms)
         Z = None
         if "query_embedding" in spec.pre:

@@ -223,20 +223,27 @@ class GenerationCache:
             rows.append((*row, _row_checksum(row)))
         if not rows:
             return 0
+        self._insert(rows, "REPLACE")
+        return len(rows)
+
+    def _insert(self, rows: Sequence[tuple], on_conflict: str) -> int:
+        """Insert full rows in one ``BEGIN IMMEDIATE`` transaction; returns rows changed."""
         with self._lock:
             conn = self.conn
             conn.execute("BEGIN IMMEDIATE")
             try:
+                before = conn.total_changes
                 conn.executemany(
-                    f"INSERT OR REPLACE INTO generations ({_COLUMNS}) "
+                    f"INSERT OR {on_conflict} INTO generations ({_COLUMNS}) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                changed = conn.total_changes - before
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        return len(rows)
+        return changed
 
     def __len__(self) -> int:
         with self._lock:
@@ -296,21 +303,7 @@ class GenerationCache:
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
         good = [r for r in rows if _row_checksum(r[:-1]) == r[-1]]
-        with self._lock:
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                before = conn.total_changes
-                conn.executemany(
-                    f"INSERT OR IGNORE INTO generations ({_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    good,
-                )
-                added = conn.total_changes - before
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        added = self._insert(good, "IGNORE") if good else 0
         return {"rows": len(rows), "added": added, "present": len(good) - added,
                 "corrupt": len(rows) - len(good)}
 
