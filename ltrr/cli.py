@@ -20,6 +20,14 @@ EXIT_USER_ERROR = 2
 
 
 def _log(msg: str) -> None:
+    """A progress line: shown by default, hidden by ``--quiet``."""
+    from ltrr._log import logger
+
+    logger.info(msg)
+
+
+def _out(msg: str) -> None:
+    """A command's result (a table, a ranking, an answer): always printed."""
     print(msg, flush=True)
 
 
@@ -41,7 +49,7 @@ def cmd_data_build(args: argparse.Namespace) -> int:
     data["data"]["max_queries"] = 0  # the datasheet describes every query, not a run's sample
     cfg = validate(data, cfg.source)
     text = write_datasheet(cfg, folder, datasheet=args.datasheet)
-    _log(text.split("### Which family")[1].split("\n\n")[1] if "### Which family" in text else "")
+    _out(text.split("### Which family")[1].split("\n\n")[1] if "### Which family" in text else "")
     return 0
 
 
@@ -57,7 +65,9 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
     pool = run.pool.load(run.index_dir)
     ds = run.dataset
     _log(f"[datasheet] running {len(pool.arm_names)} arms over {len(ds.queries)} queries ...")
-    results = pool.search(ds.queries, show_progress=True)
+    from ltrr._log import progress_enabled
+
+    results = pool.search(ds.queries, show_progress=progress_enabled())
     k = max(a.k for a in pool.arms if not a.is_no_retrieval)
     recall = recall_table(results, ds.queries, ds.qrels)
     recall1 = recall_table(results, ds.queries, ds.qrels, at=1)
@@ -100,12 +110,16 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
 
     ds = load_dataset(args.path)
     q = ds.queries
-    _log(f"dataset {ds.path}: {len(q)} queries, {q['group'].nunique()} groups, {len(ds.corpus)} documents, "
+    _out(f"dataset {ds.path}: {len(q)} queries, {q['group'].nunique()} groups, {len(ds.corpus)} documents, "
          f"{0 if ds.qrels is None else len(ds.qrels)} qrels")
     per = q.groupby("qtype").agg(queries=("qid", "size"), groups=("group", "nunique"))
     per["mean_words"] = q.groupby("qtype")["question"].apply(lambda s: s.str.split().str.len().mean())
     per["mean_answers"] = q.groupby("qtype")["answers"].apply(lambda s: s.map(len).mean())
-    _log(markdown_table(per, ".1f"))
+    # counts print as integers, means with one decimal
+    per = per.astype({"queries": "int64", "groups": "int64"}).astype(object)
+    for col in ("mean_words", "mean_answers"):
+        per[col] = per[col].map(lambda v: f"{v:.1f}")
+    _out(markdown_table(per))
     return 0
 
 
@@ -132,13 +146,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.k:
         res = res[res["rank"] <= args.k]
     if args.json:
-        _log(res.drop(columns=["qid"]).to_json(orient="records", force_ascii=False))
+        _out(res.drop(columns=["qid"]).to_json(orient="records", force_ascii=False))
         return 0
     if res.empty:
-        _log(f"arm {args.arm!r} retrieves nothing (the no-retrieval arm answers closed-book)")
+        _out(f"arm {args.arm!r} retrieves nothing (the no-retrieval arm answers closed-book)")
     for r in res.itertuples():
         text = r.text.replace("\n", " | ")
-        _log(f"{r.rank:>2}  {r.score:8.4f}  {r.docid}  {text[:110]}")
+        _out(f"{r.rank:>2}  {r.score:8.4f}  {r.docid}  {text[:110]}")
     return 0
 
 
@@ -173,7 +187,7 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     path = Path(args.path) if args.path else data_root() / "cache" / "generations.sqlite"
     if not path.exists():
         raise LtrrError(f"no generation cache at {path}")
-    _log(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
+    _out(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
     return 0
 
 
@@ -197,9 +211,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ltrr.rankers import rankers
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
-    out = run.stage_train(ranker)
-    _log(f"model: {out}\ntry: ltrr route {out} \"your question\"")
+    out = run.stage_train(ranker, force=args.force)
+    _print_route_hint(run, out)
     return 0
+
+
+def _print_route_hint(run, model_dir: Path) -> None:
+    import shlex
+
+    _out(f"model: {model_dir}")
+    _out(f"try:   ltrr route {shlex.quote(str(model_dir))} {shlex.quote(run.example_question())}")
 
 
 def cmd_route(args: argparse.Namespace) -> int:
@@ -214,14 +235,14 @@ def cmd_route(args: argparse.Namespace) -> int:
     else:
         ranking = router.route(args.question)
     if args.json:
-        _log(ranking.to_json(orient="records"))
+        _out(ranking.to_json(orient="records"))
     else:
         for r in ranking.itertuples():
-            _log(f"{r.rank:>2}  {r.arm:<16} {r.score:+.4f}")
+            _out(f"{r.rank:>2}  {r.arm:<16} {r.score:+.4f}")
     if args.answer:
         if out["error"]:
             raise LtrrError(f"generation failed: {out['error']}")
-        _log(f"answer ({out['arm']}): {out['answer']}")
+        _out(f"answer ({out['arm']}): {out['answer']}")
     return 0
 
 
@@ -236,28 +257,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _print_results(run, paths) -> None:
-    table = run.reports_dir / "table1.csv"
-    if table.exists():
-        import pandas as pd
+    import pandas as pd
 
-        from ltrr._tables import markdown_table
+    from ltrr._tables import markdown_table
 
-        t = pd.read_csv(table, index_col=0)
-        _log("\nMean downstream utility (95% CI) per router (rows) and split (columns); "
+    def read(name):  # "n/a" and "no headroom" cells are words, not missing values
+        return pd.read_csv(run.reports_dir / name, index_col=0, keep_default_na=False, dtype=str)
+
+    if (run.reports_dir / "table1.csv").exists():
+        _out("\nMean downstream utility (95% CI) per router (rows) and split (columns); "
              "\u25b2/\u25bc: significantly better/worse than the best single arm:")
-        _log(markdown_table(t))
-    head = run.reports_dir / "headroom.csv"
-    if head.exists():
-        import pandas as pd
-
-        from ltrr._tables import markdown_table
-
-        _log("\nShare of the oracle headroom captured, (router - best single) / (oracle - best single):")
-        _log(markdown_table(pd.read_csv(head, index_col=0)))
-    _log(f"\nreport: {run.reports_dir / 'eval.md'}")
+        _out(markdown_table(read("table1.csv")))
+    if (run.reports_dir / "headroom.csv").exists():
+        _out("\nShare of the oracle headroom captured, (router - best single) / (oracle - best single):")
+        _out(markdown_table(read("headroom.csv")))
+    results = run.reports_dir / "results.json"
+    notes = json.loads(results.read_text()).get("notes", []) if results.exists() else []
+    for note in notes:
+        _out(f"note: {note}")
+    _out(f"\nreport: {run.reports_dir / 'eval.md'}")
     for k, v in sorted(paths.items()):
         if k.startswith("plot_"):
-            _log(f"plot:   {v}")
+            _out(f"plot:   {v}")
 
 
 def cmd_cache_merge(args: argparse.Namespace) -> int:
@@ -288,7 +309,7 @@ def cmd_cache_export(args: argparse.Namespace) -> int:
 
     run = Run(load_config(args.config), log=_log)
     side = run.export_generations(Path(args.out))
-    _log(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
+    _out(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
     return 0
 
 
@@ -308,8 +329,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     table = run.retrieval_report()
     if table is not None:
         table.index.name = "qtype"
-        _log("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):")
-        _log(markdown_table(table))
+        _out("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):")
+        _out(markdown_table(table))
     if args.retrieval_only:
         _log(f"done in {time.perf_counter() - t0:.1f}s")
         return 0
@@ -317,6 +338,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run.stage_features(force=args.force)
     paths = run.stage_eval(force=args.force)
     _print_results(run, paths)
+    model = run.stage_train(force=args.force)
+    _print_route_hint(run, model)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
 
@@ -327,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Learning to rank retrievers for LLMs: build data, index, search, run.",
     )
     p.add_argument("--version", action="version", version=f"ltrr {__version__}")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      help="results and warnings only: no stage lines, no progress bars")
+    loud.add_argument("-v", "--verbose", action="store_true",
+                      help="also debug lines: why each stage ran or was skipped")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     data = sub.add_parser("data", help="build or inspect datasets")
@@ -389,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train an LTR router on all labelled queries and save it")
     tr.add_argument("config")
     tr.add_argument("--ranker", help="ranker name (default: [train] ranker)")
+    tr.add_argument("--force", action="store_true", help="retrain even if up to date")
     tr.set_defaults(func=cmd_train)
 
     ro = sub.add_parser("route", help="rank the arms for a question with a trained router")
@@ -418,6 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    import logging
+
+    from ltrr import _log as log_setup
+
+    log_setup.configure(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
     try:
         return int(args.func(args) or 0)
     except LtrrError as exc:

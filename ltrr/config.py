@@ -98,7 +98,7 @@ def _read(path_or_name: str | Path) -> tuple[dict, str]:
         return _parse(res.read_text(encoding="utf-8"), ".toml", f"<packaged {path_or_name}>"), f"packaged:{path_or_name}"
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
-    return _parse(p.read_text(encoding="utf-8"), p.suffix.lower(), str(p)), str(p.resolve())
+    return _parse(p.read_text(encoding="utf-8-sig"), p.suffix.lower(), str(p)), str(p.resolve())
 
 
 def _parse(text: str, suffix: str, where: str) -> dict:

@@ -304,13 +304,20 @@ def summary_markdown(summary: dict) -> str:
         f"- tie rate (all arms equal): {summary['tie_rate']:.1%}; fallback prompts used: "
         f"{summary['fallback_rate']:.1%}; items with truncated passages: {summary['truncated_items']}",
     ]
+    if not summary["headroom"] > 0:
+        lines.append("- no headroom: the best single arm is best on every query (every arm ties, or one "
+                     "arm is never beaten), so there is nothing for a router to gain on these labels")
     nf = summary.get("noise_floor")
     if nf:
+        share = nf["share_of_headroom"]
         lines.append(
             f"- noise floor ({nf['arm']} vs its passages permuted): mean |diff| {nf['mean_abs_diff']:.3f}, "
-            f"answers differ on {nf['disagreement_rate']:.1%} of queries = "
-            f"{nf['share_of_headroom']:.0%} of the oracle headroom"
+            f"answers differ on {nf['disagreement_rate']:.1%} of queries"
+            + (" (no headroom to compare it with)" if share != share else f" = {share:.0%} of the oracle headroom")
         )
+        if share == share and share > 1:
+            lines.append("  the noise floor is above the headroom: reordering one arm's passages moves the "
+                         "answers more than the best routing could gain, so router gains here are noise")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ the next run redoes (or, for labelling, resumes) it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -17,13 +18,14 @@ from pathlib import Path
 import pandas as pd
 
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
+from ltrr._log import bar, logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
 
 __all__ = ["Run", "STAGES"]
 
-STAGES = ("data", "index", "retrieve", "label", "features", "eval")
+STAGES = ("data", "index", "retrieve", "label", "features", "eval", "train")
 
 DEFAULT_RANKERS = (
     "lambdamart-listwise", "xgboost-listwise", "xgboost-pairwise", "xgboost-pointwise",
@@ -80,12 +82,17 @@ class Run:
     # ---- stage bookkeeping ---------------------------------------------------------------
     def _fresh(self, stage: str, fingerprint: str, outputs: list[Path]) -> bool:
         rec = self.stage_record(stage)
-        if not rec.exists() or not all(p.exists() for p in outputs):
+        missing = [str(p) for p in outputs if not p.exists()]
+        if not rec.exists() or missing:
+            logger.debug(f"[{stage}] runs: " + (f"missing output {', '.join(missing)}" if missing else f"no stage record {rec}"))
             return False
         try:
-            return json.loads(rec.read_text()).get("fingerprint") == fingerprint
+            old = json.loads(rec.read_text()).get("fingerprint")
         except json.JSONDecodeError:
+            logger.debug(f"[{stage}] runs: unreadable stage record {rec}")
             return False
+        logger.debug(f"[{stage}] input fingerprint {fingerprint}, recorded {old}")
+        return old == fingerprint
 
     def _record(self, stage: str, fingerprint: str, seconds: float, **info) -> None:
         write_text_atomic(self.stage_record(stage),
@@ -130,7 +137,8 @@ class Run:
     def stage_index(self) -> Path:
         """Build every retriever's index once per dataset (kept when parameters match)."""
         t0 = time.perf_counter()
-        self.pool.build(self.dataset.corpus, self.index_dir, show_progress=True)
+        self.log(f"[index] start: {len(self.pool.retrievers)} retriever(s) over {len(self.dataset.corpus)} documents")
+        self.pool.build(self.dataset.corpus, self.index_dir, show_progress=progress_enabled())
         self.log(f"[index] indexes ready in {self.index_dir} ({time.perf_counter() - t0:.1f}s)")
         return self.index_dir
 
@@ -150,11 +158,13 @@ class Run:
             self.log(f"[retrieve] skipped: inputs unchanged, results in {self.results_path}")
             return self.results_path
         t0 = time.perf_counter()
+        self.log(f"[retrieve] start: {len(ds.queries)} queries x {len(self.pool.arm_names)} arms")
         self.pool.load(self.index_dir)
-        results = self.pool.search(ds.queries, show_progress=True)
+        results = self.pool.search(ds.queries, show_progress=progress_enabled())
         write_table_atomic(results, self.results_path)
         self._record("retrieve", fp, time.perf_counter() - t0, rows=len(results))
-        self.log(f"[retrieve] {len(results)} rows for {len(ds.queries)} queries x {len(self.pool.arm_names)} arms -> {self.results_path}")
+        self.log(f"[retrieve] {len(results)} rows for {len(ds.queries)} queries x {len(self.pool.arm_names)} arms "
+                 f"in {time.perf_counter() - t0:.1f}s -> {self.results_path}")
         return self.results_path
 
     @property
@@ -188,8 +198,6 @@ class Run:
         With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, to fill the
         shared generation cache from n processes at once; no labels table is written then.
         """
-        from tqdm.auto import tqdm
-
         from ltrr.generation import load_template
         from ltrr.labels import (
             label_queries,
@@ -248,15 +256,15 @@ class Run:
                 raise ConfigError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
             queries = queries.iloc[i::n].reset_index(drop=True)
         n_items = len(queries) * len(arms)
-        self.log(f"[label] {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
+        self.log(f"[label] start: {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
                  f"template {template.identity}, metric {metric}; cache {self.cache_path}")
         t0 = time.perf_counter()
-        with tqdm(total=n_items, desc="label", unit="item", dynamic_ncols=True) as bar:
+        with bar(total=n_items, desc="label", unit="item") as pbar:
             run = label_queries(
                 queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
                 template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
                 noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
-                max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=bar.update,
+                max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
                 params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
             )
         summary = summarise(run.labels, run.noise, seed=self.config.seed)
@@ -329,10 +337,11 @@ class Run:
             self.log(f"[features] skipped: inputs unchanged, tables in {self.features_dir}")
             return self.features_dir
         t0 = time.perf_counter()
+        self.log(f"[features] start: {len(self.dataset.queries)} queries x {len(self.pool.arm_names)} arms")
         results = pd.read_parquet(self.results_path)
         pool = self.pool.load(self.index_dir)
         raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self._no_retrieval(),
-                          embedding_source=pool.embedding_source(), show_progress=True)
+                          embedding_source=pool.embedding_source(), show_progress=progress_enabled())
         write_feature_tables(raw, self.features_dir)
         dt = time.perf_counter() - t0
         self._record("features", fp, dt, rows=len(raw))
@@ -377,19 +386,49 @@ class Run:
             return klass(arm=self._no_retrieval()[0])
         return klass()
 
-    def stage_train(self, ranker: str) -> Path:
-        """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>."""
+    def _fingerprint_of(self, stage: str) -> str | None:
+        rec = self.stage_record(stage)
+        return json.loads(rec.read_text())["fingerprint"] if rec.exists() else None
+
+    def stage_train(self, ranker: str | None = None, *, force: bool = False) -> Path:
+        """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
+
+        ``ranker`` defaults to the config's ``[train] ranker``. It is named by the config, never
+        picked from the eval tables, which would choose it on test numbers. Skipped (and said)
+        when the labels, features, ranker parameters and seed are unchanged.
+        """
+        ranker = ranker or self.config.train["ranker"]
         labels, raw = self._inputs_for_training()
+        out = self.workdir / "models" / ranker
+        fp = _hash({"label": self._fingerprint_of("label"), "features": self._fingerprint_of("features"),
+                    "ranker": ranker, "params": self.config.train["params"].get(ranker),
+                    "feature_set": self.config.features["set"], "seed": self.config.seed})
+        record = f"train-{ranker}"
+        if not force and self._fresh(record, fp, [out / "router.json"]):
+            self.log(f"[train] skipped: inputs unchanged, router in {out}")
+            return out
         texts = self._texts() if ranker.startswith("transformer-") else None
         t0 = time.perf_counter()
+        self.log(f"[train] start: {ranker} on {labels['qid'].nunique()} labelled queries")
         router = self._router("ltrr", ranker)
         try:
-            router.fit(raw, labels, texts=texts)
+            with _recorded_convergence_warnings() as notes:
+                router.fit(raw, labels, texts=texts)
         except LtrrError as exc:
             raise type(exc)(f"stage train: router {ranker!r} failed to train: {exc}") from None
-        out = router.save(self.workdir / "models" / ranker)
-        self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {time.perf_counter() - t0:.1f}s -> {out}")
+        for note in _convergence_notes(notes, router):
+            self.log(f"[train] warning: {ranker}: {note}")
+        router.save(out)
+        dt = time.perf_counter() - t0
+        self._record(record, fp, dt, ranker=ranker, n_train_queries=router.n_train_queries_)
+        self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {dt:.1f}s -> {out}")
         return out
+
+    def example_question(self) -> str:
+        """A question of the run's dataset, for the `ltrr route` line printed after training."""
+        q = self.dataset.queries
+        has_answer = q[q["answers"].map(len) > 0]
+        return str((has_answer if len(has_answer) else q)["question"].iloc[0])
 
     def stage_eval(self, *, force: bool = False) -> dict[str, Path]:
         """Train every router on each split's train queries and compare them on its test queries."""
@@ -421,9 +460,10 @@ class Run:
         predictions: dict[str, dict] = {}
         importances: dict[str, float] = {}
         lab_idx = labels.set_index("qid")
-        from tqdm.auto import tqdm
-
-        for split in tqdm(splits, desc="eval splits", unit="split"):
+        n_routers = len(TRAIN_FREE) + 2 + len(rankers)
+        self.log(f"[eval] start: {len(splits)} splits x {n_routers} routers on {len(queries)} queries")
+        warned: list[str] = []
+        for split in bar(splits, desc="eval splits", unit="split"):
             train_raw, test_raw = raw.subset(split.train), raw.subset(split.test)
             train_labels = lab_idx.loc[lab_idx.index.isin(split.train)].reset_index()
             preds = {}
@@ -432,9 +472,11 @@ class Run:
             for rk in rankers:
                 router = self._router("ltrr", rk)
                 try:
-                    router.fit(train_raw, train_labels, texts=texts)
+                    with _recorded_convergence_warnings() as notes:
+                        router.fit(train_raw, train_labels, texts=texts)
                 except LtrrError as exc:
                     raise type(exc)(f"stage eval: router {rk!r} failed to train on split {split.name!r}: {exc}") from None
+                warned += [f"ltrr:{rk}: {note} on split {split.name}" for note in _convergence_notes(notes, router)]
                 preds[f"ltrr:{rk}"] = _wide(router.route_scores(test_raw, texts=texts))
                 if split.name == "balanced" and rk == "lambdamart-listwise":
                     importances = router.feature_importance()
@@ -446,10 +488,11 @@ class Run:
         ev = evaluate_splits(U, splits, predictions, costs=self.pool.costs, no_retrieval=self._no_retrieval()[0],
                              queries=queries, gains=gains, noise_floor=nf, correction=ecfg["correction"],
                              k=ecfg["k"], n_resamples=ecfg["n_bootstrap"], random_state=self.config.seed)
+        ev.meta["warnings"] = warned
         paths = write_report(ev, self.reports_dir)
         pdir = self.reports_dir / "plots"
         paths["plot_utility"] = plots.plot_utility(ev.table, pdir / "utility.png")
-        paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png")
+        paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png", no_retrieval=self._no_retrieval()[0])
         if not ev.by_type.empty:
             paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / "per_type.png")
         if importances:
@@ -482,6 +525,39 @@ class Run:
         out["index"] = self.stage_index()
         out["retrieve"] = self.stage_retrieve(force=force)
         return out
+
+
+@contextlib.contextmanager
+def _recorded_convergence_warnings():
+    """Catch scikit-learn's ConvergenceWarning during a fit and keep it for the report.
+
+    The warning would otherwise print in the middle of the eval tables. Yields a list that
+    receives one entry per distinct message; other warnings pass through unchanged.
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    caught: list[str] = []
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always", ConvergenceWarning)
+        yield caught
+    for w in ws:
+        if issubclass(w.category, ConvergenceWarning):
+            if str(w.message) not in caught:
+                caught.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _convergence_notes(messages: list[str], router) -> list[str]:
+    """``liblinear did not converge in 1000 iterations`` for each caught message."""
+    max_iter = getattr(getattr(router, "ranker_", None), "max_iter", None)
+    notes = []
+    for m in messages:
+        solver = "liblinear" if "iblinear" in m else "the solver"
+        notes.append(f"{solver} did not converge" + (f" in {max_iter} iterations" if max_iter else f" ({m.strip()})"))
+    return notes
 
 
 def _wide(scores: pd.DataFrame) -> pd.DataFrame:

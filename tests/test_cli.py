@@ -151,11 +151,13 @@ def test_run_force_redoes_every_stage(env, monkeypatch):
     monkeypatch.setattr(pipeline.Run, "stage_label", record("label"))
     monkeypatch.setattr(pipeline.Run, "stage_features", record("features"))
     monkeypatch.setattr(pipeline.Run, "stage_eval", record("eval", {}))
+    monkeypatch.setattr(pipeline.Run, "stage_train", record("train", env / "model"))
     monkeypatch.setattr("ltrr.cli._print_results", lambda run, paths: None)
+    monkeypatch.setattr("ltrr.cli._print_route_hint", lambda run, model: None)
     assert main(["run", str(cfg), "--force"]) == 0
-    assert seen == {"run_all": True, "label": True, "features": True, "eval": True}
+    assert seen == {"run_all": True, "label": True, "features": True, "eval": True, "train": True}
     assert main(["run", str(cfg)]) == 0
-    assert seen == {"run_all": False, "label": False, "features": False, "eval": False}
+    assert seen == {"run_all": False, "label": False, "features": False, "eval": False, "train": False}
 
 
 def test_unknown_arm(env, capsys):
@@ -216,3 +218,50 @@ def test_console_script_exit_code(env):
                           capture_output=True, text=True, env={**__import__("os").environ})
     assert proc.returncode == 2
     assert proc.stderr.startswith("ltrr: error:") and "Traceback" not in proc.stderr
+
+
+def test_data_stats_prints_counts_as_integers(env, capsys):
+    _, ds = _tiny(env)
+    assert main(["data", "stats", str(ds)]) == 0
+    out = capsys.readouterr().out
+    assert "| t | 3 | 3 | 3.3 | 1.0 |" in out, out
+
+
+def test_quiet_and_verbose_set_the_level(env, capsys):
+    cfg, _ = _tiny(env)
+    assert main(["-q", "run", str(cfg), "--retrieval-only"]) == 0
+    out = capsys.readouterr().out
+    assert "[retrieve]" not in out and "[index]" not in out  # stage lines hidden
+    assert "Recall@k of each arm" in out  # results still printed
+    assert main(["--verbose", "run", str(cfg), "--retrieval-only"]) == 0
+    out = capsys.readouterr().out
+    assert "[retrieve] input fingerprint" in out and "[retrieve] skipped: inputs unchanged" in out
+    assert main(["run", str(cfg), "--retrieval-only", "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "input fingerprint" not in out
+    assert "[retrieve] start: 3 queries x 2 arms" in out
+    with pytest.raises(SystemExit) as exc:  # argparse: not allowed together
+        main(["-q", "-v", "run", str(cfg)])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_log_off_a_terminal_has_no_progress_redraws(env, tmp_path):
+    """`ltrr run > log 2>&1`: no carriage returns (tqdm redraws) from ltrr or the libraries
+    underneath (bm25s, sentence-transformers), and one start and one end line per stage."""
+    import os
+
+    cfg, _ = _tiny(env, with_dense=True)
+    log = tmp_path / "log"
+    with log.open("wb") as fh:
+        proc = subprocess.run([sys.executable, "-m", "ltrr.cli", "run", str(cfg), "--retrieval-only"],
+                              stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "LTRR_DATA_DIR": str(env / "data")},
+                              cwd=tmp_path, timeout=300)
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert "\r" not in text
+    assert "Batches" not in text and "it/s" not in text, text
+    for stage in ("index", "retrieve"):
+        assert f"[{stage}] start:" in text, text
+    assert "[retrieve] 10 rows for 3 queries x 3 arms in " in text, text

@@ -115,3 +115,39 @@ def test_unsupported_format(tmp_path):
     (tmp_path / "q.csv").write_text("qid,question\n1,a\n")
     with pytest.raises(DataError, match=r"unsupported table format '.csv'"):
         load_queries(tmp_path / "q.csv")
+
+
+def test_bom_jsonl_is_read(tmp_path):
+    """A JSONL file saved by a Windows editor starts with a UTF-8 byte-order mark."""
+    p = tmp_path / "queries.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({"qid": "q1", "question": "capital of france?", "answers": ["Paris"]}).encode() + b"\n")
+    q = load_queries(p)
+    assert q["qid"].tolist() == ["q1"] and q.loc[0, "question"] == "capital of france?"
+
+
+def test_crlf_line_endings_and_bom_corpus(tmp_path):
+    p = tmp_path / "corpus.jsonl"
+    rows = [json.dumps({"docid": f"d{i}", "title": "T", "text": f"text {i}"}) for i in range(3)]
+    p.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(rows).encode() + b"\r\n\r\n")
+    c = load_corpus(p)
+    assert c["docid"].tolist() == ["d0", "d1", "d2"]
+    assert c["text"].tolist() == ["text 0", "text 1", "text 2"]  # no stray \r
+
+
+def test_bom_qrels_tsv(tmp_path):
+    p = tmp_path / "test.tsv"
+    p.write_bytes(b"\xef\xbb\xbfquery-id\tcorpus-id\tscore\r\nq1\td2\t1\r\n")
+    assert load_qrels(p).to_dict("records") == [{"qid": "q1", "docid": "d2", "relevance": 1}]
+
+
+def test_string_answers_is_one_alias_never_split(tmp_path):
+    """A string ``answers`` is documented as a list of one alias (data/README.md)."""
+    p = _write(tmp_path / "queries.jsonl", [json.dumps({"qid": "q1", "question": "who?", "answers": "Smith, John"})])
+    assert load_queries(p).loc[0, "answers"] == ["Smith, John"]
+
+
+def test_not_utf8_is_one_clear_error(tmp_path):
+    p = tmp_path / "queries.jsonl"
+    p.write_bytes(json.dumps({"qid": "q1", "question": "x"}).encode() + b"\n" + '{"qid": "q2", "question": "caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(DataError, match=r"queries.jsonl:2: not UTF-8 text .*save the file as UTF-8"):
+        load_queries(p)

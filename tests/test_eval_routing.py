@@ -371,3 +371,48 @@ def test_reports_mark_significance_and_write_files(tmp_path):
     assert len(doc["results"]) == len(ev.table)
     assert pd.read_csv(paths["results.csv"]).shape == ev.table.shape
     assert not list((tmp_path / "reports").glob("*.tmp"))
+
+
+def test_no_headroom_and_a_noise_floor_above_it_are_said_in_words(tmp_path):
+    """A split where closed-book is best on every query: words in the tables, notes and JSON,
+    never ``nan``; a noise floor above 100% gets its explanation."""
+    from ltrr.eval.report import headroom_table, report_notes, write_report
+
+    queries, U = _dataset(30)
+    U["bm25"] = U["dense"] = U["none"]  # every arm ties: closed-book is as good as retrieval
+    splits = make_splits(queries, ["balanced"], random_state=0)
+    ev = evaluate_splits(U, splits, _predict(queries, U, splits), costs=COSTS, no_retrieval="none",
+                         queries=queries, noise_floor=2.0, n_resamples=50)
+    ev.meta["warnings"] = ["ltrr:svm-pointwise: liblinear did not converge in 1000 iterations on split balanced"]
+    hr = headroom_table(ev.table, no_retrieval="none")
+    assert hr.loc["type-rule", "balanced"] == "no headroom"
+    assert "no headroom on this split: every arm ties or" in hr.loc["oracle headroom (utility)", "balanced"]
+    notes = report_notes(ev)
+    assert any(n.startswith("no headroom on this split") for n in notes)
+    assert any("noise floor is 200% of the headroom" in n for n in notes)
+    assert "warning: ltrr:svm-pointwise: liblinear did not converge in 1000 iterations on split balanced" in notes
+    paths = write_report(ev, tmp_path)
+    md = paths["eval.md"].read_text()
+    assert "nan" not in md.lower() and "## Notes" in md
+    csv = pd.read_csv(paths["headroom.csv"], index_col=0, keep_default_na=False)
+    assert csv.loc["type-rule", "balanced"] == "no headroom"
+
+
+def test_convergence_warnings_become_report_lines_and_others_pass_through():
+    import warnings
+
+    from ltrr.pipeline import _convergence_notes, _recorded_convergence_warnings
+    from ltrr.rankers import rankers
+    from ltrr.rankers.checks import make_ranking_data
+    from ltrr.routers.ltr import LTRRouter
+
+    X, y, qid = make_ranking_data(n_queries=30, random_state=0)
+    router = LTRRouter(ranker="svmrank-pairwise")
+    router.ranker_ = rankers.get("svmrank-pairwise")(max_iter=1, random_state=0)
+    with warnings.catch_warnings(record=True) as outer:
+        warnings.simplefilter("always")
+        with _recorded_convergence_warnings() as caught:
+            router.ranker_.fit(X, y, qid=qid)
+            warnings.warn("something else", UserWarning, stacklevel=1)
+    assert _convergence_notes(caught, router) == ["liblinear did not converge in 1 iterations"]
+    assert [str(w.message) for w in outer] == ["something else"]  # not swallowed

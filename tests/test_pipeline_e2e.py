@@ -113,9 +113,14 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     model = root / "unused-model"
     _register_reader()
+    old = os.environ.get("LTRR_DATA_DIR")
     os.environ["LTRR_DATA_DIR"] = str(root / "data")
-    os.environ["FEATURES_DIR_UNUSED"] = ""
-    return root, model
+    yield root, model
+    # later test modules (the README test) use the data root they started with
+    if old is None:
+        os.environ.pop("LTRR_DATA_DIR", None)
+    else:
+        os.environ["LTRR_DATA_DIR"] = old
 
 
 def test_run_twice_same_seed_identical_and_skips(project, capsys, monkeypatch):
@@ -185,3 +190,22 @@ def test_notebook_executes_on_the_run(project, monkeypatch):
     assert len(images) >= 4
     for png in ("utility", "headroom", "cost_utility"):
         assert (root / "nb" / f"{png}.png").stat().st_size > 1000
+
+
+def test_no_headroom_prints_words_not_nan(project, capsys, monkeypatch):
+    """Two arms that retrieve the same passages and a closed-book arm that never wins: the
+    oracle equals the best single arm on every split. The tables, notes and plots say so."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "flat", model, 7)
+    text = cfg.read_text().replace('name = "bm25-top1"\nretriever = "bm25"\nk = 1', 'name = "bm25-copy"\nretriever = "bm25"\nk = 3')
+    cfg.write_text(text)
+    assert main(["run", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out.lower(), out
+    assert "no headroom on this split: every arm ties or 'bm25' is best" in out
+    assert "| ltrr:lambdamart-listwise | no headroom |" in out
+    assert "no headroom: the best single arm is best on every query" in out  # the label summary
+    report = (root / "flat" / "reports" / "eval.md").read_text()
+    assert "nan" not in report.lower() and "no headroom on this split" in report
+    assert (root / "flat" / "reports" / "plots" / "headroom.png").stat().st_size > 1000

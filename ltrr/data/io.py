@@ -7,6 +7,7 @@ A dataset on disk is a folder holding ``queries`` and ``corpus`` tables (``.parq
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ def data_root() -> Path:
 def read_jsonl(path: str | Path, *, required: tuple[str, ...] = ()) -> list[dict]:
     """Read a JSONL file; each line must be a JSON object with the ``required`` keys.
 
+    The file is UTF-8, with or without the byte-order mark that Windows editors write, and
+    with ``\n`` or ``\r\n`` line endings.
+
     Raises
     ------
     DataError
@@ -47,21 +51,32 @@ def read_jsonl(path: str | Path, *, required: tuple[str, ...] = ()) -> list[dict
     """
     path = Path(path)
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start} of the "
+                                "line); save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            missing = [k for k in required if k not in obj]
-            if missing:
-                raise DataError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
-            rows.append(obj)
+            rows.append(_check_row(path, lineno, obj, required))
     return rows
+
+
+def _check_row(path: Path, lineno: int, obj, required: tuple[str, ...]) -> dict:
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise DataError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
+    return obj
 
 
 def read_table(path: str | Path, *, required: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -138,7 +153,7 @@ def load_qrels(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if path.suffix == ".tsv":
         try:
-            df = pd.read_csv(path, sep="\t", dtype=str)
+            df = pd.read_csv(path, sep="\t", dtype=str, encoding="utf-8-sig")
         except Exception as exc:
             raise DataError(f"{path}: unreadable TSV ({exc})") from None
         df = df.rename(columns={"query-id": "qid", "corpus-id": "docid", "score": "relevance"})

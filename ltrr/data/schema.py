@@ -1,6 +1,7 @@
 """Table schemas for queries, corpus and qrels, and their validators.
 
-- queries: ``qid`` (str, unique), ``question`` (non-empty str), ``answers`` (list of str aliases),
+- queries: ``qid`` (str, unique), ``question`` (non-empty str), ``answers`` (list of str aliases;
+  a single string is taken as a list of one alias, ``"Paris"`` -> ``["Paris"]``, never split),
   ``qtype`` (str), ``group`` (str; related queries share a group and stay on one side of a
   split). Optional facets: ``answer_type``, ``phrasing``, ``wording``, ``source``.
 - corpus: ``docid`` (str, unique), ``title``, ``text``.

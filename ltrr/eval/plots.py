@@ -126,12 +126,16 @@ def plot_headroom(
     *,
     splits: Sequence[str] | None = None,
     noise_floor: float | None = None,
+    no_retrieval: str | None = None,
     title: str = "Share of the oracle headroom each router captures",
 ) -> Path:
     """Bars of headroom captured with 95% CIs; the noise floor drawn as a shaded band.
 
     ``noise_floor`` defaults to the table's ``noise_floor`` column (the first non-NaN value).
+    A split without headroom draws no bars; its legend entry (and, when no split has any
+    headroom, a line across the axes) says why.
     """
+    from ltrr.eval.report import no_headroom_text
     names = _splits(table, splits)
     routers = list(dict.fromkeys(table["router"]))
     if noise_floor is None:
@@ -141,8 +145,15 @@ def plot_headroom(
     ax = fig.add_subplot()
     width = 0.8 / len(names)
     x = np.arange(len(routers))
+    empty = []
     for j, s in enumerate(names):
         sub = table[table["split"] == s].set_index("router").reindex(routers)
+        head = sub["headroom"].dropna()
+        if len(head) and not float(head.iloc[0]) > 1e-9:
+            best = str(sub["best_single_arm"].dropna().iloc[0])
+            empty.append(no_headroom_text(best, no_retrieval))
+            ax.bar([], [], width, label=f"{s}: {empty[-1]}")
+            continue
         est = 100 * sub["headroom_captured"].to_numpy(dtype=float)
         lo = 100 * sub["headroom_ci_low"].to_numpy(dtype=float)
         hi = 100 * sub["headroom_ci_high"].to_numpy(dtype=float)
@@ -166,6 +177,10 @@ def plot_headroom(
             label=f"noise floor (±{nf:.0f}%): generator noise alone",
         )
         ax.axhline(nf, color="red", linewidth=1.0)
+    if len(empty) == len(names):
+        ax.text(0.5, 0.5, empty[0].replace("on this split", "on any split") if len(set(empty)) == 1
+                else "no headroom on any split",
+                transform=ax.transAxes, ha="center", va="center", wrap=True)
     ax.set_xticks(x, routers, rotation=30, ha="right")
     ax.set_ylabel("headroom captured (%)\n(router - best single) / (oracle - best single)")
     ax.set_xlabel("router (0% = always the best single arm)")

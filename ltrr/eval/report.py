@@ -22,13 +22,15 @@ import pandas as pd
 
 from ltrr._errors import DataError
 from ltrr._tables import markdown_table
-from ltrr.eval.routing import RESULT_COLUMNS, Evaluation
+from ltrr.eval.routing import ATOL, RESULT_COLUMNS, Evaluation
 
 __all__ = [
     "format_ci",
     "table_splits",
     "utility_table",
     "headroom_table",
+    "no_headroom_text",
+    "report_notes",
     "pvalue_table",
     "counts_table",
     "ranking_table",
@@ -138,19 +140,49 @@ def utility_table(
     return out
 
 
-def headroom_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:
-    """Share of the oracle headroom captured [95% CI] per router and split; last row the noise floor."""
+def no_headroom_text(best_arm: str, no_retrieval: str | None = None) -> str:
+    """What a split without headroom says instead of a ratio of zeros.
+
+    Examples
+    --------
+    >>> no_headroom_text("none", "none")
+    'no headroom on this split: every arm ties or closed-book is best'
+    """
+    who = "closed-book" if best_arm == no_retrieval else f"{best_arm!r}"
+    return f"no headroom on this split: every arm ties or {who} is best"
+
+
+def _no_headroom(first: pd.DataFrame, split: str) -> bool:
+    return not float(first.loc[split, "headroom"]) > ATOL
+
+
+def headroom_table(
+    table: pd.DataFrame, splits: Sequence[str] | None = None, *, no_retrieval: str | None = None
+) -> pd.DataFrame:
+    """Share of the oracle headroom captured [95% CI] per router and split; last row the noise floor.
+
+    A split without headroom (the best single arm is already best on every test query) says
+    so in words: ``no headroom`` in its router cells and the reason in its headroom row.
+    """
     _check(table)
     out = _grid(
         table,
         lambda r: format_ci(
             r["headroom_captured"], r["headroom_ci_low"], r["headroom_ci_high"], percent=True
-        ),
+        ) if float(r["headroom"]) > ATOL else "no headroom",
         splits,
     )
     first = table.drop_duplicates("split").set_index("split")
     out.loc["oracle headroom (utility)"] = pd.Series(
-        {s: f"{first.loc[s, 'headroom']:.3f}" for s in out.columns}
+        {
+            s: f"{first.loc[s, 'headroom']:.3f}"
+            + (
+                f" ({no_headroom_text(first.loc[s, 'best_single_arm'], no_retrieval)})"
+                if _no_headroom(first, s)
+                else ""
+            )
+            for s in out.columns
+        }
     )
     out.loc["noise floor"] = pd.Series(
         {
@@ -159,6 +191,30 @@ def headroom_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> 
         }
     )
     return out
+
+
+def report_notes(ev: Evaluation) -> list[str]:
+    """The lines printed under the tables: splits without headroom, a noise floor above the
+    headroom, and solver warnings recorded while training the routers."""
+    table = ev.table
+    first = table.drop_duplicates("split").set_index("split")
+    notes = []
+    empty: dict[str, list[str]] = {}
+    for s in table_splits(table):
+        if _no_headroom(first, s):
+            text = no_headroom_text(first.loc[s, "best_single_arm"], ev.meta.get("no_retrieval"))
+            empty.setdefault(text, []).append(s)
+    for text, names in empty.items():
+        notes.append(f"{text} ({', '.join(names)}).")
+    nf = ev.meta.get("noise_floor", float("nan"))
+    if nf is not None and not math.isnan(nf) and nf > 1.0:
+        notes.append(
+            f"The noise floor is {100 * nf:.0f}% of the headroom: reordering one arm's passages "
+            "changes the generator's answers by more than the oracle gains over the best single "
+            "arm, so no router gain on these labels can be told from generator noise."
+        )
+    notes += [f"warning: {w}" for w in ev.meta.get("warnings", [])]
+    return notes
 
 
 def pvalue_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:
@@ -262,7 +318,7 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         "",
         "## Oracle headroom captured",
         "",
-        _md(headroom_table(table, splits)),
+        _md(headroom_table(table, splits, no_retrieval=meta.get("no_retrieval"))),
         "",
         "(router - best single) / (oracle - best single) on the test queries: 100% is the oracle, "
         "0% the best single arm, n/a when the oracle equals the best single arm. The noise floor "
@@ -286,6 +342,9 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         "routers that only choose an arm have no tau or nDCG. Necessity accuracy: the router "
         "retrieved if and only if some retrieval arm beat no retrieval.",
     ]
+    notes = report_notes(ev)
+    if notes:
+        parts += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     shown = ev.by_type[ev.by_type["split"].isin(splits)] if not ev.by_type.empty else ev.by_type
     if not shown.empty:
         for value, label in (
@@ -349,7 +408,7 @@ def write_report(
     splits = table_splits(table)
     t1, hr, pv = (
         utility_table(table, splits),
-        headroom_table(table, splits),
+        headroom_table(table, splits, no_retrieval=ev.meta.get("no_retrieval")),
         pvalue_table(table, splits),
     )
     paths = {
@@ -370,6 +429,7 @@ def write_report(
         "table1": t1.to_dict(orient="index"),
         "headroom": hr.to_dict(orient="index"),
         "pvalues": pv.to_dict(orient="index"),
+        "notes": report_notes(ev),
     }
     paths["results.json"] = _write_text(
         folder / "results.json", json.dumps(_jsonable(doc), indent=2, allow_nan=False) + "\n"

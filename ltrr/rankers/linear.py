@@ -208,9 +208,9 @@ class RankSVMRanker(_LinearRanker):
         Hinge (Joachims' L1-slack RankSVM, solved in the dual) or squared hinge.
     tol : float, default=1e-4
         Stopping tolerance.
-    max_iter : int, default=10000
-        Maximum solver iterations (the dual hinge solver needs a few thousand on standardised
-        features).
+    max_iter : int, default=100000
+        Maximum solver iterations. The dual hinge solver needed 3,000 to 18,200 on the demo's
+        splits (under 0.1 s), so 10,000 stopped it early on three of seven.
     random_state : int, RandomState or None
         Seed of liblinear's coordinate order.
     verbose : int, default=0
@@ -249,7 +249,7 @@ class RankSVMRanker(_LinearRanker):
     }
 
     def __init__(
-        self, *, C=1.0, loss="hinge", tol=1e-4, max_iter=10_000, random_state=None, verbose=0
+        self, *, C=1.0, loss="hinge", tol=1e-4, max_iter=100_000, random_state=None, verbose=0
     ):
         self.C = C
         self.loss = loss
