@@ -47,7 +47,8 @@ def _interactive() -> bool:
 
 def progress_enabled() -> bool:
     """True when progress bars should draw: a watched terminal or notebook and not ``--quiet``."""
-    if logger.getEffectiveLevel() > logging.INFO:
+    # an unconfigured logger (the Python API, a notebook) counts as the default level, INFO
+    if (logger.level or logging.INFO) > logging.INFO:
         return False
     return _interactive()
 

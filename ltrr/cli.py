@@ -281,6 +281,24 @@ def _print_results(run, paths) -> None:
             _out(f"plot:   {v}")
 
 
+def cmd_protocol(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.eval.headline import protocol_summary, run_protocol
+    from ltrr.pipeline import Run
+
+    cfg = load_config(args.config)
+    run = Run(cfg, log=_log)
+    p = cfg.protocol
+    seeds = [cfg.seed] + [int(s) for s in p["seeds"] if int(s) != cfg.seed]
+    docs = []
+    for seed in seeds:
+        _log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
+        docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
+                                 train_labels=p["train_labels"], n_folds=p["n_folds"]))
+    _out(protocol_summary(docs))
+    return 0
+
+
 def cmd_cache_merge(args: argparse.Namespace) -> int:
     from ltrr.data.io import data_root
     from ltrr.generation.cache import GenerationCache
@@ -431,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("config")
     ev.add_argument("--force", action="store_true")
     ev.set_defaults(func=cmd_eval)
+
+    pr = sub.add_parser("protocol", help="the pre-registered headline: choose on the design part, test once")
+    pr.add_argument("config")
+    pr.set_defaults(func=cmd_protocol)
 
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")

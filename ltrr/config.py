@@ -56,6 +56,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "noise_floor_arm": ((str,), ""),
         "tolerate_failures": ((bool,), False),
         "judge": ((dict,), {}),
+        # also the generator's log-probability of the gold answer (teacher forcing), per item
+        "likelihood": ((bool,), False),
     },
     "features": {
         "set": ((str,), "paper"),  # a features/*.toml name or path (it sets pca_dim etc.)
@@ -73,6 +75,14 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "correction": ((str,), "bonferroni"),
         "metric": ((str,), ""),
         "k": ((int,), 3),
+    },
+    # the pre-registered design/test protocol (`ltrr protocol`, ltrr.eval.headline)
+    "protocol": {
+        "design_size": ((float,), 0.7),
+        "rankers": ((list,), ["lambdamart-listwise"]),  # candidates, crossed with train_labels
+        "train_labels": ((list,), ["norm_gain"]),  # label columns: norm_gain, likelihood_norm_gain
+        "n_folds": ((int,), 5),
+        "seeds": ((list,), []),  # more partition seeds: the headline's mean and sd over them
     },
 }
 _MAP_SECTIONS = ("retrievers", "rerankers")
@@ -169,6 +179,7 @@ class Config:
     features: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     eval: dict = field(default_factory=dict)
+    protocol: dict = field(default_factory=dict)
     source: str = ""
 
     @property
@@ -187,7 +198,7 @@ class Config:
         return {
             k: copy.deepcopy(getattr(self, k))
             for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
-                      "features", "train", "eval")
+                      "features", "train", "eval", "protocol")
         }
 
     def fingerprint(self, *sections: str) -> str:

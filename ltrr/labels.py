@@ -112,6 +112,7 @@ def label_queries(
     max_prompt_tokens: int | None = None,
     params=None,
     progress: Callable[[int], None] | None = None,
+    likelihood: bool = False,
 ) -> LabelRun:
     """Generate and score an answer for every (query, arm); compute gains.
 
@@ -139,6 +140,11 @@ def label_queries(
         Decoding parameters (default: the template's; greedy).
     progress : callable, optional
         Called with the number of (query, arm) items finished after each chunk.
+    likelihood : bool
+        Also score every item by the generator's mean per-token log-probability of the best
+        gold alias after the item's prompt (teacher forcing; `Generator.score`, cached): columns
+        ``likelihood``, ``likelihood_gain`` (over the no-retrieval prompt) and
+        ``likelihood_norm_gain`` (min-max per query, like ``norm_gain``).
     """
     from ltrr.generation import answer_batch
 
@@ -172,6 +178,7 @@ def label_queries(
         answers = answer_batch(generator, template, items, params, max_prompt_tokens=max_prompt_tokens)
         ok = [i for i, a in enumerate(answers) if a.ok]
         ans_by_qid = dict(zip(chunk["qid"], chunk["answers"], strict=True))
+        lik = _likelihoods(generator, answers, [list(ans_by_qid[k[0]]) for k in keys]) if likelihood else None
         q_by_qid = dict(zip(chunk["qid"], chunk["question"], strict=True))
         scores = {name: np.full(len(items), np.nan) for name in ["utility", *(extra_scorers or {})]}
         score_errors: dict[int, str] = {}
@@ -200,6 +207,8 @@ def label_queries(
             }
             for name in extra_scorers or {}:
                 row[name] = scores[name][i]
+            if lik is not None:
+                row["likelihood"] = lik[i]
             (noise_rows if is_noise else rows).append(row)
         if progress is not None:
             progress(len(chunk) * len(arms))
@@ -211,16 +220,39 @@ def label_queries(
                     counters=dict(getattr(generator, "counters", {})))
 
 
+def _likelihoods(generator, answers, golds: list[list[str]]) -> np.ndarray:
+    """Mean per-token log-probability of the best gold alias after each item's prompt."""
+    reqs = [(i, alias) for i, a in enumerate(answers) if a.prompt is not None for alias in golds[i]]
+    out = np.full(len(answers), np.nan)
+    if not reqs:
+        return out
+    scored = generator.score([answers[i].prompt.messages for i, _ in reqs], [al for _, al in reqs])
+    for (i, _), g in zip(reqs, scored, strict=True):
+        lp = g.extra.get("token_logprobs") if g.ok else None
+        if lp:
+            out[i] = np.nanmax([out[i], float(np.mean(lp))])
+    return out
+
+
 def _add_gains(labels: pd.DataFrame, no_retrieval: str) -> pd.DataFrame:
+    out = _gains_of(labels, no_retrieval, "utility", ("gain", "norm_gain", "tie"))
+    if "likelihood" in labels.columns:
+        lik = _gains_of(out.rename(columns={"utility": "_u", "likelihood": "utility"}), no_retrieval,
+                        "utility", ("likelihood_gain", "likelihood_norm_gain", "_tie"))
+        out["likelihood_gain"], out["likelihood_norm_gain"] = lik["likelihood_gain"].to_numpy(), lik["likelihood_norm_gain"].to_numpy()
+    return out
+
+
+def _gains_of(labels: pd.DataFrame, no_retrieval: str, value: str, names: tuple[str, str, str]) -> pd.DataFrame:
     gains, norms, ties = [], [], []
     for _, grp in labels.groupby("qid", sort=False):
-        u = grp["utility"].to_numpy(dtype=float)
+        u = grp[value].to_numpy(dtype=float)
         if grp["failed"].any() or np.isnan(u).any():
             gains.append(np.full(len(u), np.nan))
             norms.append(np.full(len(u), np.nan))
             ties.append(np.zeros(len(u), dtype=bool))
             continue
-        base = float(grp.loc[grp["arm"] == no_retrieval, "utility"].iloc[0])
+        base = float(grp.loc[grp["arm"] == no_retrieval, value].iloc[0])
         g, n, tie = normalise_gains(u, base)
         gains.append(g)
         norms.append(n)
@@ -228,9 +260,9 @@ def _add_gains(labels: pd.DataFrame, no_retrieval: str) -> pd.DataFrame:
     order = labels.groupby("qid", sort=False).indices
     idx = np.concatenate([order[q] for q in order]) if order else np.array([], dtype=int)
     out = labels.iloc[idx].reset_index(drop=True)
-    out["gain"] = np.concatenate(gains) if gains else []
-    out["norm_gain"] = np.concatenate(norms) if norms else []
-    out["tie"] = np.concatenate(ties) if ties else []
+    out[names[0]] = np.concatenate(gains) if gains else []
+    out[names[1]] = np.concatenate(norms) if norms else []
+    out[names[2]] = np.concatenate(ties) if ties else []
     return out
 
 

@@ -265,6 +265,7 @@ class Run:
                 template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
                 noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
                 max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
+                likelihood=lcfg["likelihood"],
                 params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
             )
         summary = summarise(run.labels, run.noise, seed=self.config.seed)
@@ -302,7 +303,8 @@ class Run:
                       generator=rec, template=template, scorer=parse_metric("em").bind(), metric_name="em",
                       noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
                       max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
-                      params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+                      params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
+                      likelihood=lcfg["likelihood"])
         from ltrr._version import __version__
 
         return write_prebuilt(rec.records, out, meta={"made_by": "ltrr label", "ltrr_version": __version__,

@@ -265,3 +265,18 @@ def test_log_off_a_terminal_has_no_progress_redraws(env, tmp_path):
     for stage in ("index", "retrieve"):
         assert f"[{stage}] start:" in text, text
     assert "[retrieve] 10 rows for 3 queries x 3 arms in " in text, text
+
+
+def test_progress_bars_follow_the_terminal_and_the_level(monkeypatch):
+    import logging
+
+    from ltrr import _log
+
+    monkeypatch.setattr(_log, "_interactive", lambda: True)
+    monkeypatch.setattr(_log.logger, "level", logging.NOTSET)
+    assert _log.progress_enabled()  # the Python API on a terminal or in a notebook
+    monkeypatch.setattr(_log.logger, "level", logging.WARNING)
+    assert not _log.progress_enabled()  # --quiet
+    monkeypatch.setattr(_log.logger, "level", logging.INFO)
+    monkeypatch.setattr(_log, "_interactive", lambda: False)
+    assert not _log.progress_enabled()  # redirected to a file

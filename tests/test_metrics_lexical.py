@@ -213,7 +213,7 @@ def test_numpy_and_pandas_inputs():
 
 
 def test_registry_and_round_trip():
-    assert metrics.names() == ["ac", "aqs", "bem", "contains", "em", "f1", "semsim"]
+    assert metrics.names() == ["ac", "aqs", "bem", "contains", "em", "f1", "recall", "semsim"]
     for name in metrics.names():
         m = parse_metric(name)
         assert isinstance(m, Metric) and str(m) == name and parse_metric(str(m)) == m
@@ -239,7 +239,7 @@ def test_quoted_values_round_trip():
 def test_parse_errors():
     with pytest.raises(
         ConfigError,
-        match=r"unknown metric 'bleu'; choose one of: ac, aqs, bem, contains, em, f1, semsim",
+        match=r"unknown metric 'bleu'; choose one of: ac, aqs, bem, contains, em, f1, recall, semsim",
     ):
         parse_metric("bleu")
     with pytest.raises(
@@ -347,3 +347,13 @@ def test_semsim_with_the_packaged_minilm():
     v = get_encoder("minilm").encode_queries(["The capital is Paris.", "Paris"])
     assert scores[1] == pytest.approx(float(v[0] @ v[1]), abs=1e-5)
     assert scores[2] < scores[1] < scores[0]
+
+
+def test_token_recall_against_hand_values():
+    from ltrr.metrics.lexical import Recall
+
+    r = Recall()
+    assert r.score("q", "The painter was Leonardo da Vinci.", ["Leonardo da Vinci"]) == 1.0
+    assert r.score("q", "da Vinci", ["Leonardo da Vinci", "Vinci"]) == 1.0  # best alias
+    assert r.score("q", "Leonardo", ["Leonardo da Vinci"]) == pytest.approx(1 / 3)
+    assert r.score("q", "nothing here", ["Paris"]) == 0.0

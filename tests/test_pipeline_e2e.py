@@ -209,3 +209,20 @@ def test_no_headroom_prints_words_not_nan(project, capsys, monkeypatch):
     report = (root / "flat" / "reports" / "eval.md").read_text()
     assert "nan" not in report.lower() and "no headroom on this split" in report
     assert (root / "flat" / "reports" / "plots" / "headroom.png").stat().st_size > 1000
+
+
+def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "a", model, 7)
+    cfg.write_text(cfg.read_text() + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n')
+    assert main(["run", str(cfg)]) == 0  # config change: only the new section differs
+    capsys.readouterr()
+    assert main(["protocol", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "Pre-registered (seed 7" in out and "Wilcoxon p = " in out and "Over 2 partition seeds" in out
+    pre = json.loads((root / "a" / "protocol" / "seed-7" / "preregistration.json").read_text())
+    head = json.loads((root / "a" / "protocol" / "seed-7" / "headline.json").read_text())
+    assert pre["router"] in {c["router"] for c in pre["candidates"]} and len(pre["candidates"]) == 2
+    assert head["headline"]["n_test"] == pre["n_test"] and pre["power"]["mde"] > 0
+    assert {r["router"] for r in head["secondary"]} == {c["router"] for c in pre["candidates"]}

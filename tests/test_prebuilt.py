@@ -85,3 +85,29 @@ def test_shipped_demo_cache_regenerates_with_the_default_generator():
     assert side["made_by"] == "ltrr label" and side["rows"] > 1000
     same = regenerate_sample(path, make_generator({}), n=4, seed=20261122)
     assert [old for _, old, _ in same] == [new for _, _, new in same]
+
+
+def test_likelihood_scores_round_trip_and_regenerate(tmp_path):
+    from ltrr.generation.cache import SCORE_PARAMS, CachedGenerator
+    from ltrr.generation.prebuilt import RecordingGenerator
+
+    class Scorer(Upper):
+        def score(self, prompts, continuations):
+            return [Generation(text="", completion_tokens=1, extra={"token_logprobs": [-float(len(c))]})
+                    for c in continuations]
+
+    with GenerationCache(tmp_path / "c.sqlite") as cache:
+        CachedGenerator(Scorer(), cache).score(["p1", "p2"], ["ab", "abc"])
+        rec = RecordingGenerator(Scorer(), cache)
+        assert [g.extra["token_logprobs"] for g in rec.score(["p1", "p2"], ["ab", "abc"])] == [[-2.0], [-3.0]]
+        with pytest.raises(NotBuiltError, match="not in the generation cache"):
+            rec.score(["p3"], ["x"])
+    p = tmp_path / "s-generations.jsonl.gz"
+    write_prebuilt(rec.records, p)
+    assert all(r["params"] == SCORE_PARAMS.to_dict() for r in read_prebuilt(p))
+    with GenerationCache(tmp_path / "d.sqlite") as fresh:
+        assert import_prebuilt(p, fresh) == 2
+        gen = CachedGenerator(Scorer(), fresh)
+        gen.score(["p1"], ["ab"])
+        assert gen.hits == 1 and gen.generator_calls == 0
+    assert all(old == new for _, old, new in regenerate_sample(p, Scorer(), n=2))

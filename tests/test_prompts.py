@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -327,3 +328,34 @@ def test_answer_batch_sends_whole_batches():
     assert [r.used_fallback for r in results] == [False, True, True]
     assert [len(c[0]) for c in gen.calls] == [3, 2]
     assert gen.calls[0][1].max_new_tokens == 50
+
+
+def test_few_shot_examples_are_earlier_chat_turns():
+    from ltrr.generation.prompts import build_prompt, load_template
+
+    t = load_template("few_shot")
+    assert len(t.examples) == 3
+    rag = build_prompt(t, "Who?", ["Some passage."]).messages
+    assert [m["role"] for m in rag] == ["user", "assistant"] * 3 + ["user"]
+    assert rag[0]["content"].startswith("Document 1: Lake Varos") and rag[1]["content"] == "A glacier"
+    assert rag[-1]["content"].startswith("Document 1: Some passage.") and rag[-1]["content"].endswith("Question: Who?")
+    closed = build_prompt(t, "Who?").messages
+    assert [m["role"] for m in closed] == ["user", "assistant"] * 3 + ["user"]
+    assert "Document" not in closed[0]["content"]
+    fallback = build_prompt(t, "Who?", ["Some passage."], fallback=True).messages
+    assert [m["role"] for m in fallback] == ["user"]  # fallbacks carry no examples
+
+
+@pytest.mark.parametrize("examples, match", [
+    ("examples = 3", "'examples' must be an array of tables"),
+    ("[[examples]]\nquestion = 'q'", "example 1: question and answer must be non-empty strings"),
+    ("[[examples]]\nquestion = 'q'\nanswer = 'a'\nhint = 'x'", "example 1 must be a table with question, answer"),
+])
+def test_bad_examples_are_clear_errors(tmp_path, examples, match):
+    from ltrr.generation.prompts import load_template
+
+    src = (Path(__file__).parent.parent / "ltrr" / "prompts" / "short_answer.toml").read_text()
+    p = tmp_path / "t.toml"
+    p.write_text(examples + "\n" + src if not examples.startswith("[[") else src + "\n" + examples + "\n")
+    with pytest.raises(ConfigError, match=match):
+        load_template(str(p))

@@ -73,6 +73,22 @@ class Generator(ABC):
     ) -> list[Generation]:
         """Generate one completion per prompt (a string or a list of chat messages)."""
 
+    def score(
+        self, prompts: Sequence[str | list[dict[str, str]]], continuations: Sequence[str]
+    ) -> list[Generation]:
+        """Teacher-forced log-probabilities of ``continuations[i]`` as the answer to ``prompts[i]``.
+
+        Each result has ``text=""``, ``completion_tokens`` = the continuation's tokens and
+        ``extra["token_logprobs"]``, one natural-log probability per continuation token; or
+        ``error``. Backends that cannot return log-probabilities raise `ConfigError`.
+        """
+        from ltrr._errors import ConfigError
+
+        raise ConfigError(
+            f"the {self.backend!r} generator backend returns no log-probabilities, which the "
+            "likelihood utility needs; use the 'transformers' backend"
+        )
+
     def count_tokens(self, text: str) -> int:
         """Number of tokens of ``text`` under this model's tokenizer (a whitespace estimate by default)."""
         return max(1, int(len(text.split()) * 1.3))

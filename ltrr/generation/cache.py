@@ -25,9 +25,11 @@ from typing import Any
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator
 
-__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "stats"]
+__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "stats", "SCORE_PARAMS"]
 
 SCHEMA_VERSION = 1
+# The decoding parameters of a scoring (teacher-forcing) call: no token is generated.
+SCORE_PARAMS = DecodingParams(max_new_tokens=0)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -435,19 +437,34 @@ class CachedGenerator(Generator):
     def reset_counters(self) -> None:
         self.hits = self.misses = self.generator_calls = 0
 
+    def score(
+        self, prompts: Sequence[str | list[dict[str, str]]], continuations: Sequence[str]
+    ) -> list[Generation]:
+        """The backend's `Generator.score`, through the cache like `generate`.
+
+        A scoring call is keyed on the prompt and the continuation, with ``max_new_tokens = 0``
+        as its decoding parameters, so it never collides with a generation of the same prompt.
+        """
+        prompts, continuations = list(prompts), list(continuations)
+        requests = [{"likelihood_of": c, "prompt": p} for p, c in zip(prompts, continuations, strict=True)]
+        return self._cached(requests, SCORE_PARAMS, lambda reqs: self.generator.score(
+            [r["prompt"] for r in reqs], [r["likelihood_of"] for r in reqs]))
+
     def generate(
         self, prompts: Sequence[str | list[dict[str, str]]], params: DecodingParams | None = None
     ) -> list[Generation]:
+        params = params or DecodingParams()
+        return self._cached(list(prompts), params, lambda ps: self.generator.generate(ps, params))
+
+    def _cached(self, prompts: list, params: DecodingParams, call) -> list[Generation]:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(
                 f"CachedGenerator batch_size must be a positive integer, got {self.batch_size!r}"
             )
-        params = params or DecodingParams()
-        prompts = list(prompts)
         if not self.enabled or self.cache is None:
             self.misses += len(prompts)
             self.generator_calls += len(prompts)
-            return self.generator.generate(prompts, params)
+            return call(prompts)
         backend, identity = self.generator.backend, self.generator.identity
         keys = [cache_key(backend, identity, params, p) for p in prompts]
         found = self.cache.get_many(keys)
@@ -463,7 +480,7 @@ class CachedGenerator(Generator):
         pending = list(todo.items())
         for start in range(0, len(pending), self.batch_size):
             batch = pending[start : start + self.batch_size]
-            gens = self.generator.generate([prompts[idx[0]] for _, idx in batch], params)
+            gens = call([prompts[idx[0]] for _, idx in batch])
             if len(gens) != len(batch):
                 raise RuntimeError(
                     f"{type(self.generator).__name__}.generate returned {len(gens)} generations "

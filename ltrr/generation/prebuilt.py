@@ -77,7 +77,16 @@ class RecordingGenerator(Generator):
         return count_prompt_tokens(self.generator, messages)
 
     def generate(self, prompts: Sequence[Any], params: DecodingParams | None = None) -> list[Generation]:
-        params = params or DecodingParams()
+        return self._serve(list(prompts), params or DecodingParams())
+
+    def score(self, prompts: Sequence[Any], continuations: Sequence[str]) -> list[Generation]:
+        """Likelihood scores from the cache (keyed as `CachedGenerator.score` keys them)."""
+        from ltrr.generation.cache import SCORE_PARAMS
+
+        return self._serve([{"likelihood_of": c, "prompt": p} for p, c in zip(prompts, continuations, strict=True)],
+                           SCORE_PARAMS)
+
+    def _serve(self, prompts: list, params: DecodingParams) -> list[Generation]:
         backend, identity = self.backend, self.identity
         keys = [cache_key(backend, identity, params, p) for p in prompts]
         found = self.cache.get_many(keys)
@@ -152,7 +161,11 @@ def import_prebuilt(path: str | Path, cache: GenerationCache) -> int:
 
 
 def regenerate_sample(path: str | Path, generator: Generator, *, n: int = 3, seed: int = 0) -> list[tuple[str, str, str]]:
-    """Regenerate ``n`` random entries with ``generator``: (key, shipped text, new text) each."""
+    """Regenerate ``n`` random entries with ``generator``: (key, shipped, new) each.
+
+    For a generation, shipped and new are texts; for a likelihood score, the token
+    log-probability lists.
+    """
     import random
 
     rows = read_prebuilt(path)
@@ -162,8 +175,17 @@ def regenerate_sample(path: str | Path, generator: Generator, *, n: int = 3, see
     pick = random.Random(seed).sample(rows, min(n, len(rows)))
     out = []
     for r in pick:
+        if is_score_record(r):
+            new = generator.score([r["prompt"]["prompt"]], [r["prompt"]["likelihood_of"]])[0]
+            out.append((r["key"], r["extra"].get("token_logprobs"), new.extra.get("token_logprobs")))
+            continue
         p = r["params"]
         params = DecodingParams(**{**p, "stop": tuple(p.get("stop", ()))})
         gen = generator.generate([r["prompt"]], params)[0]
         out.append((r["key"], r["text"], gen.text))
     return out
+
+
+def is_score_record(r: dict) -> bool:
+    """A likelihood score (`Generator.score`), not a generation."""
+    return isinstance(r.get("prompt"), dict) and "likelihood_of" in r["prompt"]

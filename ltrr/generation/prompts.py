@@ -85,6 +85,11 @@ class PromptTemplate:
         Optional system message ("" leaves the model's own default in place).
     max_new_tokens, fallback_max_new_tokens : int
         Recommended decoding budgets (``[decoding]`` table), used by `default_params`.
+    examples : tuple of dict
+        Worked examples (``[[examples]]`` tables with ``question``, ``answer`` and optional
+        ``documents``), rendered with the same template as earlier user and assistant turns of
+        the chat, so that a small model sees the shape of an answer before the question. The
+        main prompts use them; the fallback prompts do not.
 
     Examples
     --------
@@ -109,6 +114,7 @@ class PromptTemplate:
     max_new_tokens: int = 64
     fallback_max_new_tokens: int = 32
     source: str = ""
+    examples: tuple = ()
 
     @property
     def identity(self) -> str:
@@ -190,6 +196,7 @@ def _from_dict(raw: dict[str, Any], source: str) -> PromptTemplate:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise fail(f"decoding.{key} must be a positive integer, got {v!r}")
             values[key] = v
+    values["examples"] = _examples(raw.get("examples", []), fail)
     unknown = set(raw) - {
         "name",
         "version",
@@ -197,10 +204,26 @@ def _from_dict(raw: dict[str, Any], source: str) -> PromptTemplate:
         *_FIELDS,
         *_OPTIONAL_STRINGS,
         "decoding",
+        "examples",
     }
     if unknown:
         raise fail(f"unknown keys {sorted(unknown)}")
     return PromptTemplate(**values)
+
+
+def _examples(raw: Any, fail) -> tuple:
+    if not isinstance(raw, list):
+        raise fail("'examples' must be an array of tables ([[examples]])")
+    out = []
+    for i, ex in enumerate(raw, 1):
+        if not isinstance(ex, dict) or set(ex) - {"question", "answer", "documents"}:
+            raise fail(f"example {i} must be a table with question, answer and optional documents")
+        docs = ex.get("documents", [])
+        if not all(isinstance(ex.get(k), str) and ex[k].strip() for k in ("question", "answer")) or \
+                not isinstance(docs, list) or not all(isinstance(d, str) for d in docs):
+            raise fail(f"example {i}: question and answer must be non-empty strings, documents a list of strings")
+        out.append({"question": ex["question"].strip(), "answer": ex["answer"].strip(), "documents": tuple(docs)})
+    return tuple(out)
 
 
 def load_template(name_or_path: str | Path | PromptTemplate = DEFAULT_TEMPLATE) -> PromptTemplate:
@@ -318,8 +341,17 @@ class PromptBuild:
         return self.n_truncated_passages > 0
 
 
-def _messages(template: PromptTemplate, user: str) -> list[dict[str, str]]:
+def _messages(template: PromptTemplate, user: str, kind: str = "") -> list[dict[str, str]]:
     msgs = [{"role": "system", "content": template.system}] if template.system else []
+    if kind in ("rag", "no_retrieval"):
+        for ex in template.examples:
+            text = getattr(template, kind)
+            if kind == "rag":
+                docs = format_documents(template, list(ex["documents"]) or [""])
+                msgs.append({"role": "user", "content": text.format(question=ex["question"], documents=docs)})
+            else:
+                msgs.append({"role": "user", "content": text.format(question=ex["question"])})
+            msgs.append({"role": "assistant", "content": ex["answer"]})
     msgs.append({"role": "user", "content": user})
     return msgs
 
@@ -371,8 +403,8 @@ def build_prompt(
     def render(docs: list[tuple[str, str]]) -> list[dict[str, str]]:
         if with_docs:
             documents = format_documents(template, [{"text": t, "title": ti} for t, ti in docs])
-            return _messages(template, text_template.format(question=question, documents=documents))
-        return _messages(template, text_template.format(question=question))
+            return _messages(template, text_template.format(question=question, documents=documents), kind)
+        return _messages(template, text_template.format(question=question), kind)
 
     if max_new_tokens is None:
         max_new_tokens = template.fallback_max_new_tokens if fallback else template.max_new_tokens

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ltrr._errors import ConfigError, MissingDependencyError
+from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr.generation.base import DecodingParams, Generation, Generator
 
 __all__ = ["TransformersGenerator", "default_model_path", "file_sha256", "folder_sha256"]
@@ -342,6 +342,41 @@ class TransformersGenerator(Generator):
         params = params or DecodingParams()
         tokenizer, model = self._loaded()
         return [self._one(tokenizer, model, p, params) for p in prompts]
+
+    def score(
+        self, prompts: Sequence[str | list[dict[str, str]]], continuations: Sequence[str]
+    ) -> list[Generation]:
+        """Teacher-forced log-probabilities of each continuation after its prompt (one forward
+        pass each; the prompt is rendered exactly as for `generate`)."""
+        prompts, continuations = list(prompts), list(continuations)
+        if len(prompts) != len(continuations):
+            raise DataError(f"score: {len(prompts)} prompts but {len(continuations)} continuations")
+        tokenizer, model = self._loaded()
+        return [self._score_one(tokenizer, model, p, c) for p, c in zip(prompts, continuations, strict=True)]
+
+    def _score_one(self, tokenizer: Any, model: Any, prompt: Any, continuation: str) -> Generation:
+        import torch
+
+        start = time.perf_counter()
+        ids = self._encode_ids(self.render(prompt))
+        cont = list(tokenizer(continuation, add_special_tokens=False)["input_ids"]) if isinstance(continuation, str) else []
+        if not cont:
+            raise DataError(
+                f"the gold answer {continuation!r} tokenises to nothing under {self.weights_path.name}; "
+                "its likelihood is undefined: remove or fix that alias"
+            )
+        n = len(ids) + len(cont)
+        if n > self.context_length:
+            return Generation(text="", prompt_tokens=len(ids), latency_s=time.perf_counter() - start,
+                              error=f"prompt of {len(ids)} tokens + answer of {len(cont)} exceeds the "
+                                    f"context length {self.context_length}")
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([ids + cont], dtype=torch.long, device=self.device)).logits[0]
+            logp = torch.log_softmax(logits[len(ids) - 1 : n - 1].float(), dim=-1)
+            tok = logp[torch.arange(len(cont)), torch.tensor(cont, dtype=torch.long)]
+        return Generation(text="", prompt_tokens=len(ids), completion_tokens=len(cont),
+                          latency_s=time.perf_counter() - start,
+                          extra={"token_logprobs": [float(x) for x in tok.tolist()]})
 
     def _one(self, tokenizer: Any, model: Any, prompt: Any, params: DecodingParams) -> Generation:
         import torch

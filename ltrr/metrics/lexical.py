@@ -82,6 +82,12 @@ def _contains_tokens(pred: list[str], ref: list[str]) -> float:
     return float(any(pred[i : i + k] == ref for i in range(len(pred) - k + 1)))
 
 
+def _recall_tokens(pred: list[str], ref: list[str]) -> float:
+    if not ref:
+        return 0.0
+    return sum((Counter(pred) & Counter(ref)).values()) / len(ref)
+
+
 def contains_score(prediction: str, reference: str) -> float:
     """1.0 if the normalised reference is a whole-token contiguous run of the prediction."""
     return _contains_tokens(
@@ -171,3 +177,25 @@ class Contains(_Lexical):
     @staticmethod
     def _pair(p, p_tokens, a):
         return _contains_tokens(p_tokens, a.split())
+
+
+@register
+@dataclass(frozen=True)
+class Recall(_Lexical):
+    """Token recall: the share of a normalised alias's tokens found in the prediction, best
+    over aliases (``recall``). Unlike F1 it does not penalise a long, sentence-shaped answer
+    that contains the gold tokens, which is how small models answer.
+
+    Examples
+    --------
+    >>> Recall().score("Who?", "The painter was Leonardo da Vinci.", ["Leonardo da Vinci"])
+    1.0
+    >>> Recall().score("Who?", "Leonardo", ["Leonardo da Vinci"])
+    0.3333333333333333
+    """
+
+    name = "recall"
+
+    @staticmethod
+    def _pair(p, p_tokens, a):
+        return _recall_tokens(p_tokens, a.split())

@@ -1,0 +1,216 @@
+"""The pre-registered headline: choose on the design part, compare once on the test part.
+
+`run_protocol` carries out the protocol of `ltrr.eval.protocol` on a labelled run:
+
+1. partition the labelled queries into design and test parts (by group, seeded);
+2. on the design part, by grouped k-fold cross-validation, choose one router among the
+   candidate (ranker, training label) pairs by its pooled mean utility, and the best single arm
+   as the arm with the best mean utility on the whole design part;
+3. from the chosen router's per-query differences on design, state the power analysis for the
+   test part, and write ``preregistration.json`` before any test utility is read;
+4. train the chosen router on every design query, route the test queries, and compare it with
+   the best single arm: paired Wilcoxon p (no correction: one test), queries improved and
+   degraded, the oracle, the raw and (with a replicate) noise-corrected headroom, and the share
+   captured with a paired bootstrap CI;
+5. report every other candidate on test as secondary, Bonferroni-corrected.
+
+The headline utility is the labels' ``utility`` column: the metric of generated answers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import DataError, LtrrError
+from ltrr.data.io import write_text_atomic
+from ltrr.eval.protocol import design_test_partition, noise_corrected_headroom, power_analysis
+
+__all__ = ["run_protocol", "captured_share", "protocol_summary"]
+
+
+def captured_share(r, b, o, *, random_state=0, n_resamples: int = 2000) -> dict:
+    """(mean r - mean b) / (mean o - mean b) with a paired percentile-bootstrap 95% CI.
+
+    ``o`` is the oracle's per-query utility (raw, or the noise-corrected oracle's).
+    """
+    from ltrr.eval.routing import _headroom_stat
+    from ltrr.eval.stats import paired_bootstrap_ci
+
+    ci = paired_bootstrap_ci((np.asarray(r, float), np.asarray(b, float), np.asarray(o, float)),
+                             _headroom_stat, random_state=random_state, n_resamples=n_resamples)
+    return {"estimate": ci.estimate, "ci_low": ci.low, "ci_high": ci.high}
+
+
+def _label_with_gains(labels: pd.DataFrame, column: str) -> pd.DataFrame:
+    if column in labels.columns:
+        return labels
+    raise DataError(f"training label {column!r} is not a column of the labels table; it has "
+                    f"{', '.join(c for c in labels.columns if c.endswith('gain'))}")
+
+
+def _fit_predict(run, ranker: str, label: str, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
+    router = run._router("ltrr", ranker).set_params(label=label)
+    lab = labels_idx.loc[labels_idx.index.isin(set(train))].reset_index()
+    lab = lab[lab[label].notna()]
+    router.fit(raw.subset(train), lab)
+    return router.route_scores(raw.subset(test)).pivot(index="qid", columns="arm", values="score")
+
+
+def run_protocol(
+    run,
+    *,
+    design_size: float = 0.7,
+    seed: int | None = None,
+    rankers: Sequence[str] = ("lambdamart-listwise",),
+    train_labels: Sequence[str] = ("norm_gain",),
+    n_folds: int = 5,
+    replicate: pd.DataFrame | None = None,
+    out_dir: str | Path | None = None,
+    n_resamples: int = 2000,
+) -> dict:
+    """Carry out the protocol on ``run`` (a `ltrr.pipeline.Run` with labels and features).
+
+    Parameters
+    ----------
+    design_size : float
+        Share of the queries in the design part.
+    seed : int, optional
+        Partition, folds and bootstrap seed (default: the run's seed).
+    rankers, train_labels
+        The candidates: every (ranker, training label column) pair.
+    replicate : DataFrame, optional
+        Labels of an independent replicate (same queries and arms, another equivalent prompt)
+        for the noise-corrected headroom.
+    out_dir : path, optional
+        Where ``preregistration.json`` and ``headline.json`` go (default
+        ``<workdir>/protocol/seed-<seed>``).
+
+    Returns
+    -------
+    dict
+        The preregistration and the headline (see the module docstring).
+    """
+    from ltrr.eval import evaluate_splits, make_splits
+    from ltrr.eval.routing import best_single_arm, utility_matrix
+    from ltrr.eval.splits import Split
+
+    seed = run.config.seed if seed is None else int(seed)
+    labels, raw = run._inputs_for_training("protocol")
+    U = utility_matrix(labels)
+    nr = run._no_retrieval()[0]
+    queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
+    part = design_test_partition(queries, design_size=design_size, random_state=seed)
+    out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
+    lab_idx = labels.set_index("qid")
+    for lab in train_labels:
+        _label_with_gains(labels, lab)
+    design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)
+    U_design = U.loc[list(part.train)]
+    folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
+    t0 = time.perf_counter()
+    cv_rows, cv_preds = [], {}
+    for rk in rankers:
+        for lab in train_labels:
+            name = f"ltrr:{rk}" + ("" if lab == "norm_gain" else f"[{lab}]")
+            preds = {}
+            for f in folds:
+                try:
+                    preds[f.name] = {name: _fit_predict(run, rk, lab, raw, lab_idx, f.train, f.test)}
+                except LtrrError as exc:
+                    raise type(exc)(f"protocol: {name} failed on design fold {f.name}: {exc}") from None
+            ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
+                                 n_resamples=200, random_state=seed)
+            row = ev.table[ev.table["pooled"]].iloc[0]
+            pq = ev.per_query[(ev.per_query["split"] == "kfold") & (ev.per_query["router"] == name)]
+            cv_preds[name] = (rk, lab, pq)
+            cv_rows.append({"router": name, "ranker": rk, "label": lab, "cv_mean_utility": float(row["mean_utility"]),
+                            "cv_best_single": float(row["best_single_utility"]),
+                            "cv_headroom_captured": float(row["headroom_captured"])})
+    chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
+    rk, lab, pq = cv_preds[chosen["router"]]
+    best = best_single_arm(U_design)
+    power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), part.n_test)
+    prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": part.n_test,
+              "router": chosen["router"], "ranker": rk, "label": lab, "best_single_arm": best,
+              "candidates": cv_rows, "power": power, "n_folds": n_folds,
+              "design_seconds": round(time.perf_counter() - t0, 1)}
+    write_text_atomic(out_dir / "preregistration.json", json.dumps(prereg, indent=2, default=float) + "\n")
+
+    # ---- the test part, once -----------------------------------------------------------------
+    test = list(part.test)
+    split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
+    preds = {c["router"]: _fit_predict(run, c["ranker"], c["label"], raw, lab_idx, part.train, test)
+             for c in cv_rows}
+    head = evaluate_splits(U, [split], {split.name: {chosen["router"]: preds[chosen["router"]]}},
+                           costs=run.pool.costs, no_retrieval=nr, queries=queries,
+                           n_resamples=n_resamples, random_state=seed)
+    second = evaluate_splits(U, [split], {split.name: preds}, costs=run.pool.costs, no_retrieval=nr,
+                             queries=queries, n_resamples=n_resamples, random_state=seed, correction="bonferroni")
+    row = head.table.iloc[0]
+    outcomes = head.per_query[head.per_query["router"] == chosen["router"]].set_index("qid").loc[test]
+    r, b = outcomes["utility"].to_numpy(float), outcomes["best_single_utility"].to_numpy(float)
+    o_raw = outcomes["oracle_utility"].to_numpy(float)
+    result = {
+        "router": chosen["router"], "best_single_arm": best, "n_test": len(test),
+        "router_utility": float(r.mean()), "best_single_utility": float(b.mean()),
+        "oracle_utility": float(o_raw.mean()), "headroom_raw": float(o_raw.mean() - b.mean()),
+        "captured_raw": captured_share(r, b, o_raw, random_state=seed, n_resamples=n_resamples),
+        "p_value": float(row["p_value"]), "improved": int(row["improved"]),
+        "degraded": int(row["degraded"]), "equal": int(row["equal"]),
+        "power": power, "mean_gain": float((r - b).mean()),
+    }
+    if replicate is not None:
+        U_b = utility_matrix(replicate).reindex(index=test, columns=U.columns)
+        if U_b.isna().any().any():
+            raise DataError("the replicate labels miss some (test query, arm) pairs")
+        nc = noise_corrected_headroom(U.loc[test], U_b, best)
+        # the corrected oracle of each query: the arm best on the main labels, scored on the replicate
+        A = U.loc[test].to_numpy(float)
+        order = sorted(range(A.shape[1]), key=lambda j: (U.columns[j] != best, -A[:, j].mean()))
+        pick = np.array(order)[np.argmax(A[:, order], axis=1)]
+        o_corr = U_b.to_numpy(float)[np.arange(len(test)), pick]
+        b_rep = U_b[best].to_numpy(float)
+        r_rep = U_b.to_numpy(float)[np.arange(len(test)), [list(U.columns).index(a) for a in outcomes["chosen"]]]
+        result["noise_corrected"] = {**nc, "captured": captured_share(r_rep, b_rep, o_corr, random_state=seed,
+                                                                      n_resamples=n_resamples)}
+    secondary = second.table[["router", "mean_utility", "headroom_captured", "p_value", "p_adjusted",
+                              "improved", "degraded"]].to_dict(orient="records")
+    doc = {"preregistration": prereg, "headline": result, "secondary": secondary}
+    write_text_atomic(out_dir / "headline.json", json.dumps(doc, indent=2, default=float) + "\n")
+    return doc
+
+
+def protocol_summary(docs: Sequence[dict]) -> str:
+    """The headline of the first seed, then the mean and sd over every partition seed."""
+    h, pre = docs[0]["headline"], docs[0]["preregistration"]
+    cap = h["captured_raw"]
+    lines = [
+        f"Pre-registered (seed {pre['seed']}, design {pre['n_design']} / test {pre['n_test']} queries): "
+        f"router {pre['router']}, best single arm {pre['best_single_arm']}; the test part can detect a mean "
+        f"gain of {pre['power']['mde']:.4f} (alpha 0.05, power 0.8; {pre['power']['mde_wilcoxon_worst']:.4f} "
+        "at the Wilcoxon test's worst efficiency).",
+        f"Test: router {h['router_utility']:.4f} vs best single {h['best_single_utility']:.4f} "
+        f"(gain {h['mean_gain']:+.4f}), oracle {h['oracle_utility']:.4f}, raw headroom {h['headroom_raw']:.4f}; "
+        f"captured {100 * cap['estimate']:.1f}% [{100 * cap['ci_low']:.1f}%, {100 * cap['ci_high']:.1f}%]; "
+        f"Wilcoxon p = {h['p_value']:.3g}; improved {h['improved']}, degraded {h['degraded']}, equal {h['equal']}.",
+    ]
+    if "noise_corrected" in h:
+        nc = h["noise_corrected"]
+        lines.append(f"Noise-corrected headroom {nc['headroom_corrected']:.4f} (raw on the replicate "
+                     f"{nc['headroom_raw']:.4f}); captured {100 * nc['captured']['estimate']:.1f}% "
+                     f"[{100 * nc['captured']['ci_low']:.1f}%, {100 * nc['captured']['ci_high']:.1f}%].")
+    if len(docs) > 1:
+        gains = np.array([d["headline"]["mean_gain"] for d in docs])
+        caps = np.array([d["headline"]["captured_raw"]["estimate"] for d in docs], dtype=float)
+        caps = caps[np.isfinite(caps)]
+        cap_txt = (f"captured {100 * caps.mean():.1f}% (sd {100 * caps.std(ddof=1):.1f}%)" if len(caps) > 1
+                   else "captured n/a (no headroom on most partitions)")
+        lines.append(f"Over {len(docs)} partition seeds: gain {gains.mean():+.4f} (sd {gains.std(ddof=1):.4f}), "
+                     f"{cap_txt}.")
+    return "\n".join(lines)

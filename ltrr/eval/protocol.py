@@ -1,0 +1,175 @@
+"""A pre-registered protocol: a design part for every choice, a test part looked at once.
+
+The routing-signal question (does a learned router beat the best single arm?) is answered on
+queries that no design choice ever saw:
+
+1. `design_test_partition` splits the queries by ``group`` into a design part (about 70%) and
+   a test part, stratified by query type and seeded. Every query type must appear in the test
+   part, or the partition is refused.
+2. Every choice (k, template, label, metric, features, ranker) is made on the design part by
+   grouped cross-validation; a fixed, type-stratified `design_sample` keeps the expensive
+   generation-changing options cheap.
+3. Before the test part is looked at, `power_analysis` states the smallest gain the test part
+   can detect, from the design part's per-query spread.
+4. One router and the best single arm, both chosen on design, are compared once on test.
+
+`noise_corrected_headroom` takes the oracle arm chosen on one replicate of the labels and scores
+it on an independent replicate: the headroom that retrieval choice, not generator noise, can
+deliver.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.eval.splits import Split, balanced_split
+
+__all__ = [
+    "design_test_partition",
+    "design_sample",
+    "power_analysis",
+    "noise_corrected_headroom",
+]
+
+
+def design_test_partition(
+    queries: pd.DataFrame, *, design_size: float = 0.7, random_state: int = 0
+) -> Split:
+    """Split queries by group into a design part (``train``) and a test part (``test``).
+
+    The split is `balanced_split` (grouped, stratified by query type) with test share
+    ``1 - design_size``; it is named ``design-test``.
+
+    Raises
+    ------
+    ConfigError
+        ``design_size`` outside (0, 1).
+    DataError
+        The test part lacks a query type that the queries have: the headline would say nothing
+        about that type. Choose another seed or a smaller ``design_size``.
+
+    Examples
+    --------
+    >>> q = pd.DataFrame({"qid": [f"q{i}" for i in range(20)], "qtype": ["a", "b"] * 10})
+    >>> p = design_test_partition(q, random_state=0)
+    >>> p.name, p.n_train, p.n_test
+    ('design-test', 14, 6)
+    """
+    if not isinstance(design_size, (int, float)) or not 0.0 < float(design_size) < 1.0:
+        raise ConfigError(f"design_size must be in (0, 1), got {design_size!r}")
+    split = balanced_split(queries, test_size=1.0 - float(design_size), random_state=random_state)
+    qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str) if "qtype" in queries else None
+    if qtype is not None:
+        missing = sorted(set(qtype) - set(qtype.reindex(list(split.test))))
+        if missing:
+            raise DataError(
+                f"the design/test partition (seed {random_state}, design_size {design_size}) leaves "
+                f"the test part without query type(s) {', '.join(missing)}; pick another seed or "
+                "a smaller design_size"
+            )
+    return Split(name="design-test", family="design-test", train=split.train, test=split.test)
+
+
+def design_sample(
+    queries: pd.DataFrame, design: Split, *, n: int = 150, random_state: int = 0
+) -> list[str]:
+    """A fixed, seeded sample of about ``n`` design queries, the same number per query type.
+
+    Types with fewer design queries than their share give all they have. The sample depends on
+    the query ids only, not on the table's row order; it is returned in the table's order.
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ConfigError(f"the design sample size must be a positive integer, got {n!r}")
+    q = queries[queries["qid"].astype(str).isin(set(design.train))]
+    types = sorted(q["qtype"].astype(str).unique())
+    per = max(1, n // max(1, len(types)))
+    rng = np.random.default_rng(random_state)
+    keep: set[str] = set()
+    for t in types:
+        ids = np.sort(q.loc[q["qtype"].astype(str) == t, "qid"].astype(str).to_numpy())
+        keep |= set(rng.permutation(ids)[: min(per, len(ids))].tolist())
+    return [x for x in queries["qid"].astype(str) if x in keep]
+
+
+def power_analysis(
+    differences: np.ndarray, n_test: int, *, alpha: float = 0.05, power: float = 0.8
+) -> dict:
+    """The smallest mean per-query gain a paired test on ``n_test`` queries detects.
+
+    ``differences`` are per-query utility differences (router minus best single arm) measured
+    on the design part, by cross-validation. Their standard deviation sigma gives the minimum
+    detectable effect of a two-sided paired test, ``(z_{1-alpha/2} + z_{power}) * sigma /
+    sqrt(n_test)``; the Wilcoxon signed-rank test has asymptotic relative efficiency >= 0.864
+    against the t test, so the figure is also given divided by sqrt(0.864), its worst case.
+
+    Returns
+    -------
+    dict
+        ``sd``, ``n_test``, ``alpha``, ``power``, ``mde`` (normal approximation) and
+        ``mde_wilcoxon_worst`` (the same, for the Wilcoxon test's worst efficiency).
+
+    Examples
+    --------
+    >>> r = power_analysis(np.array([0.0, 1.0] * 50), 400)
+    >>> round(r["mde"], 4)
+    0.0702
+    """
+    from scipy.stats import norm
+
+    d = np.asarray(differences, dtype=float)
+    d = d[~np.isnan(d)]
+    if len(d) < 2:
+        raise DataError(f"power analysis needs at least 2 design differences, got {len(d)}")
+    if not isinstance(n_test, (int, np.integer)) or n_test < 2:
+        raise ConfigError(f"n_test must be an integer >= 2, got {n_test!r}")
+    sd = float(np.std(d, ddof=1))
+    z = float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
+    mde = z * sd / math.sqrt(n_test)
+    return {"sd": sd, "n_test": int(n_test), "alpha": alpha, "power": power, "mde": mde,
+            "mde_wilcoxon_worst": mde / math.sqrt(0.864), "n_design": int(len(d))}
+
+
+def noise_corrected_headroom(
+    U_a: pd.DataFrame, U_b: pd.DataFrame, best_single: str
+) -> dict:
+    """Oracle headroom without the generator's noise: choose on replicate A, score on B.
+
+    ``U_a`` and ``U_b`` are (qid x arm) utilities of two independent replicates of the same
+    labels (e.g. the same prompts under two equivalent wordings). The raw oracle takes the best
+    arm of each query on B and scores it on B, so it profits from B's noise; the corrected
+    oracle takes the best arm on A and scores it on B. Ties on A go to the arm that is best on
+    average (the best single arm first).
+
+    Returns
+    -------
+    dict
+        ``best_single`` (its mean utility on B), ``oracle_raw``, ``oracle_corrected``,
+        ``headroom_raw``, ``headroom_corrected`` and ``n`` (queries in both replicates).
+    """
+    common = U_a.index.intersection(U_b.index)
+    arms = [a for a in U_a.columns if a in U_b.columns]
+    if best_single not in arms:
+        raise DataError(f"best single arm {best_single!r} is not an arm of both replicates")
+    if len(common) == 0:
+        raise DataError("the two replicates share no query")
+    A = U_a.loc[common, arms].to_numpy(dtype=float)
+    B = U_b.loc[common, arms].to_numpy(dtype=float)
+    # tie-break on A by the arms' mean utility on A (best single arm first)
+    order = sorted(range(len(arms)), key=lambda j: (arms[j] != best_single, -np.nanmean(A[:, j])))
+    Ao = A[:, order]
+    pick = np.array(order)[np.argmax(Ao, axis=1)]
+    b = B[:, arms.index(best_single)]
+    corrected = B[np.arange(len(common)), pick]
+    raw = B.max(axis=1)
+    return {
+        "n": int(len(common)),
+        "best_single": float(b.mean()),
+        "oracle_raw": float(raw.mean()),
+        "oracle_corrected": float(corrected.mean()),
+        "headroom_raw": float(raw.mean() - b.mean()),
+        "headroom_corrected": float(corrected.mean() - b.mean()),
+    }

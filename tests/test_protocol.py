@@ -1,0 +1,81 @@
+"""The pre-registered design/test protocol: partition, design sample, power, corrected headroom."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.eval.protocol import (
+    design_sample,
+    design_test_partition,
+    noise_corrected_headroom,
+    power_analysis,
+)
+
+
+def _queries(n_groups=60, types=("a", "b", "c")):
+    rows = []
+    for g in range(n_groups):
+        for j in range(2):
+            rows.append({"qid": f"g{g}q{j}", "qtype": types[g % len(types)], "group": f"g{g}"})
+    return pd.DataFrame(rows)
+
+
+def test_partition_is_grouped_seeded_and_covers_every_type():
+    q = _queries()
+    p = design_test_partition(q, random_state=3)
+    assert p.name == "design-test" and 0.65 <= p.n_train / len(q) <= 0.75
+    assert set(p.train).isdisjoint(p.test) and set(p.train) | set(p.test) == set(q["qid"])
+    group = q.set_index("qid")["group"]
+    assert set(group[list(p.train)]).isdisjoint(set(group[list(p.test)]))
+    assert set(q.set_index("qid").loc[list(p.test), "qtype"]) == {"a", "b", "c"}
+    assert design_test_partition(q, random_state=3) == p
+    assert design_test_partition(q, random_state=4).test != p.test
+
+
+def test_partition_without_a_type_in_test_is_refused():
+    from ltrr.eval.splits import balanced_split
+
+    q = pd.concat([_queries(), pd.DataFrame([{"qid": "rare1", "qtype": "rare", "group": "r"}])], ignore_index=True)
+    seed = next(s for s in range(50) if "rare1" not in balanced_split(q, test_size=0.3, random_state=s).test)
+    with pytest.raises(DataError, match=rf"seed {seed}.*leaves the test part without query type\(s\) rare"):
+        design_test_partition(q, random_state=seed)
+    with pytest.raises(ConfigError, match="design_size must be in"):
+        design_test_partition(q, design_size=1.0)
+
+
+def test_design_sample_is_stratified_and_only_design():
+    q = _queries(90)
+    p = design_test_partition(q, random_state=0)
+    s = design_sample(q, p, n=30, random_state=1)
+    assert len(s) == 30 and set(s) <= set(p.train)
+    assert q.set_index("qid").loc[s, "qtype"].value_counts().to_dict() == {"a": 10, "b": 10, "c": 10}
+    assert design_sample(q.sample(frac=1, random_state=2), p, n=30, random_state=1) == [x for x in q.sample(frac=1, random_state=2)["qid"] if x in set(s)]
+    with pytest.raises(ConfigError, match="positive integer"):
+        design_sample(q, p, n=0)
+
+
+def test_power_analysis_is_the_normal_approximation():
+    d = np.random.default_rng(0).normal(0.02, 0.3, size=400)
+    r = power_analysis(d, 460)
+    want = (norm.ppf(0.975) + norm.ppf(0.8)) * np.std(d, ddof=1) / np.sqrt(460)
+    assert r["mde"] == pytest.approx(want) and r["mde_wilcoxon_worst"] > r["mde"]
+    with pytest.raises(DataError, match="at least 2"):
+        power_analysis(np.array([0.1]), 10)
+    with pytest.raises(ConfigError, match="n_test"):
+        power_analysis(d, 1)
+
+
+def test_noise_corrected_headroom_chooses_on_a_and_scores_on_b():
+    idx = ["q1", "q2", "q3", "q4"]
+    A = pd.DataFrame({"x": [1, 0, 0, 1], "y": [0, 1, 0, 0]}, index=idx, dtype=float)
+    B = pd.DataFrame({"x": [1, 1, 0, 0], "y": [0, 0, 1, 1]}, index=idx, dtype=float)
+    r = noise_corrected_headroom(A, B, "x")
+    # best single x on B: 0.5; raw oracle on B: 1.0; choose on A: x, y, x (tie -> x), x -> B: 1, 0, 0, 0
+    assert r["best_single"] == 0.5 and r["oracle_raw"] == 1.0 and r["oracle_corrected"] == 0.25
+    assert r["headroom_raw"] == 0.5 and r["headroom_corrected"] == -0.25
+    with pytest.raises(DataError, match="not an arm"):
+        noise_corrected_headroom(A, B, "z")
