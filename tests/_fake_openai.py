@@ -12,6 +12,9 @@ every request gets ``default``. Behaviours:
 - ``"nousage"``: ok without a ``usage`` object.
 - ``"badjson_content"``: ok, but the content is not JSON (for JSON mode).
 
+``POST /v1/completions`` (for likelihood scoring) echoes the prompt with per-token
+log-probabilities, or without them for the behaviour ``"nologprobs"``.
+
 Whatever the behaviour, a request with ``response_format = {"type": "json_object"}`` that is
 answered ok gets JSON content: ``{"echo": last user message}``.
 
@@ -94,6 +97,9 @@ class FakeOpenAI:
                         fake.in_flight -= 1
 
             def _answer(self, body: dict) -> None:
+                if self.path == "/v1/completions":
+                    self._completion(body)
+                    return
                 if self.path != "/v1/chat/completions":
                     self._send(404, b'{"error": "not found"}', "application/json")
                     return
@@ -141,6 +147,24 @@ class FakeOpenAI:
                     self._send(200, json.dumps(reply).encode(), "application/json")
                 else:
                     raise ValueError(f"unknown scripted behaviour {behaviour!r}")
+
+            def _completion(self, body: dict) -> None:
+                """/v1/completions with echo: one token per whitespace-separated word, each with
+                log-probability -len(word) / 10 (the first token none, as vLLM does);
+                ``"nologprobs"`` answers without them."""
+                import re
+
+                behaviour = fake._next()
+                text = body["prompt"]
+                choice: dict[str, Any] = {"index": 0, "text": text + " x", "finish_reason": "length"}
+                if behaviour != "nologprobs":
+                    spans = [(m.start(), m.group()) for m in re.finditer(r"\s*\S+", text)]
+                    choice["logprobs"] = {
+                        "tokens": [w for _, w in spans],
+                        "text_offset": [o for o, _ in spans],
+                        "token_logprobs": [None] + [-len(w.strip()) / 10 for _, w in spans[1:]],
+                    }
+                self._send(200, json.dumps({"choices": [choice]}).encode(), "application/json")
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

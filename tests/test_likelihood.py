@@ -47,11 +47,10 @@ def test_an_alias_that_tokenises_to_nothing_is_a_clear_error(tiny):
 
 
 def test_a_backend_without_log_probabilities_says_so():
-    from ltrr.generation.openai_backend import OpenAIGenerator
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
 
-    gen = OpenAIGenerator(base_url="http://127.0.0.1:9/v1", model="m")
-    with pytest.raises(ConfigError, match=r"the 'openai' generator backend returns no log-probabilities"):
-        gen.score(["q"], ["a"])
+    with pytest.raises(ConfigError, match=r"the 'llama_cpp' generator backend returns no log-probabilities"):
+        Generator.score(LlamaCppGenerator.__new__(LlamaCppGenerator), ["q"], ["a"])
 
 
 class _Scorer(Generator):
@@ -102,3 +101,24 @@ def test_labels_carry_likelihood_and_its_gains():
     assert lab.loc[("q2", "none"), "likelihood"] == -3.0
     assert (lab.xs("none", level="arm")["likelihood_gain"] == 0).all()
     assert {"likelihood_gain", "likelihood_norm_gain"} <= set(run.labels.columns)
+
+
+def test_openai_scores_from_echoed_prompt_logprobs():
+    from _fake_openai import FakeOpenAI
+
+    from ltrr._errors import GenerationError
+    from ltrr.generation.openai_backend import OpenAIGenerator
+
+    with FakeOpenAI() as server:
+        gen = OpenAIGenerator("m", base_url=server.base_url, api_key_env=None, max_retries=0)
+        out = gen.score([[{"role": "user", "content": "who painted it?"}]], ["Leonardo da Vinci"])
+        # the continuation's tokens: " Leonardo" is glued to the prompt's trailing blank lines
+        assert out[0].extra["token_logprobs"] == [-0.8, -0.2, -0.5]
+        body = server.requests[-1]["body"]
+        assert body["echo"] is True and body["logprobs"] == 0
+        assert body["prompt"] == "who painted it?\n\nLeonardo da Vinci"
+        server.default = "nologprobs"
+        with pytest.raises(GenerationError, match="returned no prompt log-probabilities.*such as vLLM"):
+            gen.score(["q"], ["a"])
+        with pytest.raises(DataError, match="tokenises to nothing"):
+            gen.score(["q"], [" "])

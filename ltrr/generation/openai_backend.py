@@ -293,9 +293,33 @@ class OpenAIGenerator(Generator):
     def _one(
         self, client: Any, headers: dict[str, str], index: int, prompt: Any, params: DecodingParams
     ) -> Generation:
+        body = self.request_body(prompt, params)
+
+        def parse(response: Any, attempts: int, started: float, t0: float) -> Generation:
+            text, info = self._parse(response, params)
+            usage = info["data"].get("usage") or {}
+            extra: dict[str, Any] = {
+                "finish_reason": info["finish_reason"],
+                "attempts": attempts,
+                "total_s": time.perf_counter() - started,
+            }
+            prompt_tokens = usage.get("prompt_tokens")
+            completion_tokens = usage.get("completion_tokens")
+            if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
+                # Servers without usage reporting: keep an estimate, and say so.
+                extra["usage_estimated"] = True
+                prompt_tokens = sum(self.count_tokens(m["content"]) for m in body["messages"])
+                completion_tokens = self.count_tokens(text) if text else 0
+            return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                              latency_s=time.perf_counter() - t0, extra=extra)
+
+        return self._post(client, headers, index, "chat/completions", body, parse)
+
+    def _post(self, client: Any, headers: dict[str, str], index: int, endpoint: str, body: dict, parse) -> Generation:
+        """POST ``body`` with bounded retries; ``parse`` turns a 200 response into a Generation
+        (raising `_Malformed` for a response it cannot read, which is retried)."""
         import httpx
 
-        body = self.request_body(prompt, params)
         # Jitter seeded per prompt position, so retry timing does not depend on thread order.
         rng = random.Random(f"{self.random_state}:{index}")
         started = time.perf_counter()
@@ -306,7 +330,7 @@ class OpenAIGenerator(Generator):
             wait_hint: float | None = None
             t0 = time.perf_counter()
             try:
-                response = client.post("chat/completions", json=body, headers=headers)
+                response = client.post(endpoint, json=body, headers=headers)
             except httpx.TimeoutException as exc:
                 error = f"timed out after {self.timeout} s ({type(exc).__name__})"
             except httpx.TransportError as exc:
@@ -315,34 +339,9 @@ class OpenAIGenerator(Generator):
                 status = response.status_code
                 if status == 200:
                     try:
-                        text, info = self._parse(response, params)
+                        return parse(response, attempts, started, t0)
                     except _Malformed as exc:
                         error = f"malformed response: {exc}"
-                    else:
-                        usage = info["data"].get("usage") or {}
-                        extra: dict[str, Any] = {
-                            "finish_reason": info["finish_reason"],
-                            "attempts": attempts,
-                            "total_s": time.perf_counter() - started,
-                        }
-                        prompt_tokens = usage.get("prompt_tokens")
-                        completion_tokens = usage.get("completion_tokens")
-                        if not isinstance(prompt_tokens, int) or not isinstance(
-                            completion_tokens, int
-                        ):
-                            # Servers without usage reporting: keep an estimate, and say so.
-                            extra["usage_estimated"] = True
-                            prompt_tokens = sum(
-                                self.count_tokens(m["content"]) for m in body["messages"]
-                            )
-                            completion_tokens = self.count_tokens(text) if text else 0
-                        return Generation(
-                            text=text,
-                            prompt_tokens=prompt_tokens,
-                            completion_tokens=completion_tokens,
-                            latency_s=time.perf_counter() - t0,
-                            extra=extra,
-                        )
                 else:
                     detail = response.text[:300]
                     error = f"HTTP {status}: {detail}"
@@ -364,6 +363,51 @@ class OpenAIGenerator(Generator):
             time.sleep(min(delay, self.max_wait))
         return self._failed(f"failed after {attempts} attempts: {error}", attempts, started)
 
+    # ------------------------------------------------------------------ likelihood
+
+    @staticmethod
+    def score_text(prompt: str | list[dict[str, str]]) -> str:
+        """The plain text scored for ``prompt``: the messages' contents joined by blank lines.
+
+        The ``/v1/completions`` endpoint takes raw text, so the server's chat template is not
+        applied; scores are comparable among themselves, not with chat generations.
+        """
+        if isinstance(prompt, str):
+            return prompt
+        return "\n\n".join(m["content"] for m in prompt) + "\n\n"
+
+    def score(
+        self, prompts: Sequence[str | list[dict[str, str]]], continuations: Sequence[str]
+    ) -> list[Generation]:
+        """Log-probabilities of each continuation from the server's prompt log-probabilities.
+
+        Sends ``/v1/completions`` with ``echo: true`` and ``logprobs: 0`` over prompt text +
+        continuation (vLLM and the original OpenAI completions API return the prompt tokens'
+        log-probabilities this way) and keeps the tokens that start inside the continuation. A
+        server that returns none gives `GenerationError`: the likelihood utility cannot be had
+        from it.
+        """
+        from ltrr._errors import DataError, GenerationError
+
+        prompts, continuations = list(prompts), list(continuations)
+        if len(prompts) != len(continuations):
+            raise DataError(f"score: {len(prompts)} prompts but {len(continuations)} continuations")
+        client, headers = self._http(), self._headers()
+        out = []
+        for i, (p, c) in enumerate(zip(prompts, continuations, strict=True)):
+            if not isinstance(c, str) or not c.strip():
+                raise DataError(f"the gold answer {c!r} tokenises to nothing; its likelihood is undefined: "
+                                "remove or fix that alias")
+            text = self.score_text(p)
+            body = {"model": self.model, "prompt": text + c, "max_tokens": 1, "echo": True, "logprobs": 0,
+                    "temperature": 0.0}
+            gen = self._post(client, headers, i, "completions", body,
+                             lambda r, a, s, t0, start=len(text), end=len(text) + len(c): _prompt_logprobs(r, start, end, t0))
+            if gen.error and "no prompt log-probabilities" in gen.error:
+                raise GenerationError(f"{self.base_url}: {gen.error}")
+            out.append(gen)
+        return out
+
     @staticmethod
     def _failed(error: str, attempts: int, started: float) -> Generation:
         return Generation(
@@ -372,3 +416,29 @@ class OpenAIGenerator(Generator):
             error=error,
             extra={"attempts": attempts},
         )
+
+
+def _prompt_logprobs(response: Any, start: int, end: int, t0: float) -> Generation:
+    """The log-probabilities of the echoed tokens that overlap the continuation ``[start, end)``.
+
+    A token that straddles the boundary (the prompt's last blank line glued to the answer's
+    first word) belongs to the answer: it cannot be predicted without it.
+    """
+    try:
+        data = response.json()
+        lp = data["choices"][0].get("logprobs")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise _Malformed(f"response has no choices[0]: {response.text[:200]!r}") from None
+    if not lp or not lp.get("token_logprobs") or not lp.get("text_offset"):
+        return Generation(text="", latency_s=time.perf_counter() - t0,
+                          error="the server returned no prompt log-probabilities (echo with logprobs); "
+                                "the likelihood utility needs a server that does, such as vLLM")
+    offs = list(lp["text_offset"])
+    ends = offs[1:] + [end + 1]
+    vals = [v for v, off, stop in zip(lp["token_logprobs"], offs, ends, strict=False)
+            if stop > start and off < end and v is not None]
+    if not vals:
+        raise _Malformed("no echoed token falls inside the answer")
+    return Generation(text="", prompt_tokens=sum(1 for off in lp["text_offset"] if off < start),
+                      completion_tokens=len(vals), latency_s=time.perf_counter() - t0,
+                      extra={"token_logprobs": [float(v) for v in vals]})
