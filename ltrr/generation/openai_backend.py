@@ -12,6 +12,7 @@ comes back as ``Generation(text="", error=...)``; one failed item never raises.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import os
 import random
@@ -401,8 +402,9 @@ class OpenAIGenerator(Generator):
             text = self.score_text(p)
             body = {"model": self.model, "prompt": text + c, "max_tokens": 1, "echo": True, "logprobs": 0,
                     "temperature": 0.0}
+            span = (len(text), len(text) + len(c))
             gen = self._post(client, headers, i, "completions", body,
-                             lambda r, a, s, t0, start=len(text), end=len(text) + len(c): _prompt_logprobs(r, start, end, t0))
+                             functools.partial(_prompt_logprobs_of, span=span))
             if gen.error and "no prompt log-probabilities" in gen.error:
                 raise GenerationError(f"{self.base_url}: {gen.error}")
             out.append(gen)
@@ -416,6 +418,10 @@ class OpenAIGenerator(Generator):
             error=error,
             extra={"attempts": attempts},
         )
+
+
+def _prompt_logprobs_of(response: Any, attempts: int, started: float, t0: float, *, span: tuple[int, int]) -> Generation:
+    return _prompt_logprobs(response, span[0], span[1], t0)
 
 
 def _prompt_logprobs(response: Any, start: int, end: int, t0: float) -> Generation:
