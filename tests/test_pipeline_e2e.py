@@ -226,3 +226,32 @@ def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     assert pre["router"] in {c["router"] for c in pre["candidates"]} and len(pre["candidates"]) == 2
     assert head["headline"]["n_test"] == pre["n_test"] and pre["power"]["mde"] > 0
     assert {r["router"] for r in head["secondary"]} == {c["router"] for c in pre["candidates"]}
+
+
+def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monkeypatch):
+    """The same config and seed in separate processes with OMP_NUM_THREADS 1 and 2: the eval's
+    results.csv and the protocol's headline are byte-identical."""
+    import subprocess
+    import sys
+
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "threads", model, 7)
+    text = cfg.read_text().replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
+                                   'rankers = ["lambdamart-listwise"]')
+    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nn_folds = 3\n')
+    assert main(["run", str(cfg)]) == 0
+    capsys.readouterr()
+    outputs = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "LTRR_DATA_DIR": str(root / "data")}
+        for cmd in (["eval", str(cfg), "--force"], ["protocol", str(cfg)]):
+            proc = subprocess.run([sys.executable, "-m", "ltrr.cli", "-q", *cmd], cwd=root, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+        outputs.append(((root / "threads" / "reports" / "results.csv").read_bytes(),
+                        json.loads((root / "threads" / "protocol" / "seed-7" / "headline.json").read_text())))
+    assert outputs[0][0] == outputs[1][0]
+    h1, h2 = outputs[0][1], outputs[1][1]
+    h1["preregistration"].pop("design_seconds"), h2["preregistration"].pop("design_seconds")
+    assert h1 == h2
