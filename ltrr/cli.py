@@ -290,11 +290,18 @@ def cmd_protocol(args: argparse.Namespace) -> int:
     run = Run(cfg, log=_log)
     p = cfg.protocol
     seeds = [cfg.seed] + [int(s) for s in p["seeds"] if int(s) != cfg.seed]
+    rep_path = run.labels_dir / "replicate.parquet"
+    replicate = None
+    if rep_path.exists():
+        import pandas as pd
+
+        replicate = pd.read_parquet(rep_path)
     docs = []
     for seed in seeds:
         _log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
         docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
-                                 train_labels=p["train_labels"], n_folds=p["n_folds"]))
+                                 train_labels=p["train_labels"], n_folds=p["n_folds"],
+                                 replicate=replicate if seed == cfg.seed else None))
     _out(protocol_summary(docs))
     return 0
 

@@ -58,6 +58,10 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "judge": ((dict,), {}),
         # also the generator's log-probability of the gold answer (teacher forcing), per item
         "likelihood": ((bool,), False),
+        # a second, independent replicate of the labels under an equivalent template, for the
+        # noise-corrected headroom: "" (none), on the protocol's "test" part or on "all" queries
+        "replicate_template": ((str,), ""),
+        "replicate": ((str,), "test"),
     },
     "features": {
         "set": ((str,), "paper"),  # a features/*.toml name or path (it sets pca_dim etc.)

@@ -336,6 +336,11 @@ def summary_markdown(summary: dict) -> str:
         f"- tie rate (all arms equal): {summary['tie_rate']:.1%}; fallback prompts used: "
         f"{summary['fallback_rate']:.1%}; items with truncated passages: {summary['truncated_items']}",
     ]
+    rep = summary.get("replicate")
+    if rep:
+        lines.append(f"- replicate labels ({rep['template']}, {rep['queries']} queries of the {rep['part']} part): "
+                     f"mean |diff| {rep['mean_abs_diff']:.3f} per (query, arm), answers' utility differs on "
+                     f"{rep['disagreement_rate']:.1%} of them")
     if not summary["headroom"] > 0:
         lines.append("- no headroom: the best single arm is best on every query (every arm ties, or one "
                      "arm is never beaten), so there is nothing for a router to gain on these labels")

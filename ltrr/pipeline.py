@@ -223,7 +223,9 @@ class Run:
         if lcfg["noise_floor"]:
             noise_arm = lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)
         template = load_template(gcfg["template"])
-        fp = _hash({"labels": lcfg, "generation": gcfg, "retrieve": json.loads(self.stage_record("retrieve").read_text())["fingerprint"] if self.stage_record("retrieve").exists() else None})
+        fp = _hash({"labels": lcfg, "generation": gcfg, "retrieve": self._fingerprint_of("retrieve"),
+                    # the replicate's test part follows the protocol's partition
+                    "partition": self.config.protocol["design_size"] if lcfg["replicate_template"] else None})
         out = self.labels_dir / "labels.parquet"
         if not force and self._fresh("label", fp, [out]):
             self.log(f"[label] skipped: inputs unchanged, labels in {out}")
@@ -276,6 +278,9 @@ class Run:
             self.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
                      f"in {summary['seconds']:.1f}s; cache {self.cache_path} (no labels table written)")
             return self.cache_path
+        if lcfg["replicate_template"]:
+            summary["replicate"] = self._label_replicate(queries, results, arms, nr[0], generator, scorer, metric,
+                                                         extra_scorers, run.labels)
         write_labels(run, summary, self.labels_dir)
         self.log(summary_markdown(summary))
         self.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
@@ -283,6 +288,46 @@ class Run:
         raise_for_failures(summary, tolerate)
         self._record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
         return out
+
+    def replicate_qids(self, queries: pd.DataFrame) -> list[str]:
+        """The queries of the replicate labels: the protocol's test part, or all."""
+        lcfg = self.config.labels
+        if lcfg["replicate"] == "all":
+            return queries["qid"].astype(str).tolist()
+        if lcfg["replicate"] != "test":
+            raise ConfigError(f"[labels] replicate must be 'test' or 'all', got {lcfg['replicate']!r}")
+        from ltrr.eval.protocol import design_test_partition
+
+        part = design_test_partition(queries, design_size=self.config.protocol["design_size"],
+                                     random_state=self.config.seed)
+        test = set(part.test)
+        return [q for q in queries["qid"].astype(str) if q in test]
+
+    def _label_replicate(self, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
+                         main: pd.DataFrame) -> dict:
+        """Label ``arms`` again under ``[labels] replicate_template`` -> labels/replicate.parquet."""
+        from ltrr.generation import load_template
+        from ltrr.labels import label_queries
+
+        lcfg, gcfg = self.config.labels, self.config.generation
+        template = load_template(lcfg["replicate_template"])
+        keep = set(self.replicate_qids(queries))
+        sub = queries[queries["qid"].astype(str).isin(keep)].reset_index(drop=True)
+        self.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
+        t0 = time.perf_counter()
+        with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
+            rep = label_queries(sub, results, arms=arms, no_retrieval=no_retrieval, generator=generator,
+                                template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
+                                seed=self.config.seed, chunk_size=gcfg["chunk_size"],
+                                max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
+                                params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+        write_table_atomic(rep.labels, self.labels_dir / "replicate.parquet")
+        both = main.merge(rep.labels[["qid", "arm", "utility"]], on=["qid", "arm"], suffixes=("", "_rep"))
+        diff = (both["utility"] - both["utility_rep"]).abs()
+        return {"template": template.identity, "queries": int(len(sub)), "part": lcfg["replicate"],
+                "mean_abs_diff": float(diff.mean()) if len(diff) else float("nan"),
+                "disagreement_rate": float((diff > 1e-9).mean()) if len(diff) else float("nan"),
+                "seconds": round(time.perf_counter() - t0, 1)}
 
     def export_generations(self, out: Path) -> dict:
         """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""
@@ -305,6 +350,15 @@ class Run:
                       max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
                       params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
                       likelihood=lcfg["likelihood"])
+        if lcfg["replicate_template"]:
+            rep = load_template(lcfg["replicate_template"])
+            keep = set(self.replicate_qids(self.dataset.queries))
+            sub = self.dataset.queries[self.dataset.queries["qid"].astype(str).isin(keep)].reset_index(drop=True)
+            label_queries(sub, pd.read_parquet(self.results_path), arms=pool.arm_names, no_retrieval=nr[0],
+                          generator=rec, template=rep, scorer=parse_metric("em").bind(), metric_name="em",
+                          seed=self.config.seed, chunk_size=gcfg["chunk_size"],
+                          max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
+                          params=rep.default_params(max_new_tokens=gcfg["max_new_tokens"]))
         from ltrr._version import __version__
 
         return write_prebuilt(rec.records, out, meta={"made_by": "ltrr label", "ltrr_version": __version__,

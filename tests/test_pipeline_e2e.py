@@ -214,17 +214,23 @@ def test_no_headroom_prints_words_not_nan(project, capsys, monkeypatch):
 def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     root, model = project
     monkeypatch.chdir(root)
-    cfg = _config(root, "a", model, 7)
-    cfg.write_text(cfg.read_text() + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n')
-    assert main(["run", str(cfg)]) == 0  # config change: only the new section differs
+    cfg = _config(root, "proto", model, 7)
+    text = cfg.read_text().replace('noise_floor_arm = "bm25"', 'noise_floor_arm = "bm25"\nreplicate_template = "short_answer_b"')
+    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n')
+    assert main(["run", str(cfg)]) == 0
     capsys.readouterr()
     assert main(["protocol", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "Pre-registered (seed 7" in out and "Wilcoxon p = " in out and "Over 2 partition seeds" in out
-    pre = json.loads((root / "a" / "protocol" / "seed-7" / "preregistration.json").read_text())
-    head = json.loads((root / "a" / "protocol" / "seed-7" / "headline.json").read_text())
+    pre = json.loads((root / "proto" / "protocol" / "seed-7" / "preregistration.json").read_text())
+    head = json.loads((root / "proto" / "protocol" / "seed-7" / "headline.json").read_text())
     assert pre["router"] in {c["router"] for c in pre["candidates"]} and len(pre["candidates"]) == 2
     assert head["headline"]["n_test"] == pre["n_test"] and pre["power"]["mde"] > 0
+    # replicate labels of exactly the test part, under the reworded template
+    rep = pd.read_parquet(root / "proto" / "labels" / "replicate.parquet")
+    assert rep["qid"].nunique() == pre["n_test"] and set(rep["template"]) == {"short_answer_b@1"}
+    nc = head["headline"]["noise_corrected"]
+    assert nc["n"] == pre["n_test"] and "Noise-corrected headroom" in out
     assert {r["router"] for r in head["secondary"]} == {c["router"] for c in pre["candidates"]}
 
 

@@ -66,7 +66,7 @@ def test_packaged_templates():
 
 def test_unknown_template_lists_choices():
     with pytest.raises(
-        ConfigError, match="unknown prompt template 'nope'.*short_answer, think_answer"
+        ConfigError, match="unknown prompt template 'nope'.*few_shot, short_answer, short_answer_b, think_answer"
     ):
         load_template("nope")
     with pytest.raises(ConfigError, match="does not exist"):
