@@ -85,6 +85,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "design_size": ((float,), 0.7),
         "rankers": ((list,), ["lambdamart-listwise"]),  # candidates, crossed with train_labels
         "train_labels": ((list,), ["norm_gain"]),  # label columns: norm_gain, likelihood_norm_gain
+        "feature_sets": ((list,), []),  # candidate feature sets (default: [features] set)
         "n_folds": ((int,), 5),
         "seeds": ((list,), []),  # more partition seeds: the headline's mean and sd over them
     },

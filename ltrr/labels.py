@@ -348,7 +348,8 @@ def summary_markdown(summary: dict) -> str:
     if nf:
         share = nf["share_of_headroom"]
         lines.append(
-            f"- noise floor ({nf['arm']} vs its passages permuted): mean |diff| {nf['mean_abs_diff']:.3f}, "
+            f"- noise floor ({nf['arm'] if nf['arm'].startswith('every arm') else nf['arm'] + ' vs its passages permuted'}): "
+            f"mean |diff| {nf['mean_abs_diff']:.3f}, "
             f"answers differ on {nf['disagreement_rate']:.1%} of queries"
             + (" (no headroom to compare it with)" if share != share else f" = {share:.0%} of the oracle headroom")
         )

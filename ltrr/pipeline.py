@@ -281,6 +281,13 @@ class Run:
         if lcfg["replicate_template"]:
             summary["replicate"] = self._label_replicate(queries, results, arms, nr[0], generator, scorer, metric,
                                                          extra_scorers, run.labels)
+            if not summary.get("noise_floor"):
+                # no permutation control (pointless with k = 1): the replicate measures the noise
+                rep = summary["replicate"]
+                summary["noise_floor"] = {
+                    "arm": f"every arm under {rep['template']}", "mean_abs_diff": rep["mean_abs_diff"],
+                    "disagreement_rate": rep["disagreement_rate"],
+                    "share_of_headroom": rep["mean_abs_diff"] / summary["headroom"] if summary["headroom"] > 0 else float("nan")}
         write_labels(run, summary, self.labels_dir)
         self.log(summary_markdown(summary))
         self.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "

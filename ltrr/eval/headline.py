@@ -54,8 +54,8 @@ def _label_with_gains(labels: pd.DataFrame, column: str) -> pd.DataFrame:
                     f"{', '.join(c for c in labels.columns if c.endswith('gain'))}")
 
 
-def _fit_predict(run, ranker: str, label: str, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
-    router = run._router("ltrr", ranker).set_params(label=label)
+def _fit_predict(run, ranker: str, label: str, features: str, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
+    router = run._router("ltrr", ranker).set_params(label=label, features=features)
     lab = labels_idx.loc[labels_idx.index.isin(set(train))].reset_index()
     lab = lab[lab[label].notna()]
     router.fit(raw.subset(train), lab)
@@ -69,6 +69,7 @@ def run_protocol(
     seed: int | None = None,
     rankers: Sequence[str] = ("lambdamart-listwise",),
     train_labels: Sequence[str] = ("norm_gain",),
+    feature_sets: Sequence[str] | None = None,
     n_folds: int = 5,
     replicate: pd.DataFrame | None = None,
     out_dir: str | Path | None = None,
@@ -82,8 +83,9 @@ def run_protocol(
         Share of the queries in the design part.
     seed : int, optional
         Partition, folds and bootstrap seed (default: the run's seed).
-    rankers, train_labels
-        The candidates: every (ranker, training label column) pair.
+    rankers, train_labels, feature_sets
+        The candidates: every (ranker, training label column, feature set) triple; the feature
+        sets default to the config's.
     replicate : DataFrame, optional
         Labels of an independent replicate (same queries and arms, another equivalent prompt)
         for the noise-corrected headroom.
@@ -115,29 +117,33 @@ def run_protocol(
     folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
     t0 = time.perf_counter()
     cv_rows, cv_preds = [], {}
-    for rk in rankers:
-        for lab in train_labels:
-            name = f"ltrr:{rk}" + ("" if lab == "norm_gain" else f"[{lab}]")
-            preds = {}
-            for f in folds:
-                try:
-                    preds[f.name] = {name: _fit_predict(run, rk, lab, raw, lab_idx, f.train, f.test)}
-                except LtrrError as exc:
-                    raise type(exc)(f"protocol: {name} failed on design fold {f.name}: {exc}") from None
-            ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
-                                 n_resamples=200, random_state=seed)
-            row = ev.table[ev.table["pooled"]].iloc[0]
-            pq = ev.per_query[(ev.per_query["split"] == "kfold") & (ev.per_query["router"] == name)]
-            cv_preds[name] = (rk, lab, pq)
-            cv_rows.append({"router": name, "ranker": rk, "label": lab, "cv_mean_utility": float(row["mean_utility"]),
-                            "cv_best_single": float(row["best_single_utility"]),
-                            "cv_headroom_captured": float(row["headroom_captured"])})
+    default_fs = run.config.features["set"]
+    candidates = [(rk, lab, fs) for rk in rankers for lab in train_labels for fs in (feature_sets or [default_fs])]
+    for rk, lab, fs in candidates:
+        tags = [t for t in (lab if lab != "norm_gain" else "", fs if fs != default_fs else "") if t]
+        name = f"ltrr:{rk}" + (f"[{', '.join(tags)}]" if tags else "")
+        preds = {}
+        for f in folds:
+            try:
+                preds[f.name] = {name: _fit_predict(run, rk, lab, fs, raw, lab_idx, f.train, f.test)}
+            except LtrrError as exc:
+                raise type(exc)(f"protocol: {name} failed on design fold {f.name}: {exc}") from None
+        ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
+                             n_resamples=200, random_state=seed)
+        row = ev.table[ev.table["pooled"]].iloc[0]
+        pq = ev.per_query[(ev.per_query["split"] == "kfold") & (ev.per_query["router"] == name)]
+        cv_preds[name] = (rk, lab, pq)
+        cv_rows.append({"router": name, "ranker": rk, "label": lab, "features": fs,
+                        "cv_mean_utility": float(row["mean_utility"]),
+                        "cv_best_single": float(row["best_single_utility"]),
+                        "cv_headroom_captured": float(row["headroom_captured"])})
     chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
     rk, lab, pq = cv_preds[chosen["router"]]
+    fs = chosen["features"]
     best = best_single_arm(U_design)
     power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), part.n_test)
     prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": part.n_test,
-              "router": chosen["router"], "ranker": rk, "label": lab, "best_single_arm": best,
+              "router": chosen["router"], "ranker": rk, "label": lab, "features": fs, "best_single_arm": best,
               "candidates": cv_rows, "power": power, "n_folds": n_folds,
               "design_seconds": round(time.perf_counter() - t0, 1)}
     write_text_atomic(out_dir / "preregistration.json", json.dumps(prereg, indent=2, default=float) + "\n")
@@ -145,7 +151,7 @@ def run_protocol(
     # ---- the test part, once -----------------------------------------------------------------
     test = list(part.test)
     split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
-    preds = {c["router"]: _fit_predict(run, c["ranker"], c["label"], raw, lab_idx, part.train, test)
+    preds = {c["router"]: _fit_predict(run, c["ranker"], c["label"], c["features"], raw, lab_idx, part.train, test)
              for c in cv_rows}
     head = evaluate_splits(U, [split], {split.name: {chosen["router"]: preds[chosen["router"]]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
