@@ -8,7 +8,6 @@ the next run redoes (or, for labelling, resumes) it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -22,6 +21,7 @@ from ltrr._log import bar, logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
+from ltrr.data.sample import stratified_sample as _stratified_sample
 
 __all__ = ["Run", "STAGES"]
 
@@ -470,6 +470,11 @@ class Run:
         if not force and self._fresh(record, fp, [out / "router.json"]):
             self.log(f"[train] skipped: inputs unchanged, router in {out}")
             return out
+        from ltrr.rankers.convergence import convergence_notes as _convergence_notes
+        from ltrr.rankers.convergence import (
+            recorded_convergence_warnings as _recorded_convergence_warnings,
+        )
+
         texts = self._texts() if ranker.startswith("transformer-") else None
         t0 = time.perf_counter()
         self.log(f"[train] start: {ranker} on {labels['qid'].nunique()} labelled queries")
@@ -497,6 +502,10 @@ class Run:
         """Train every router on each split's train queries and compare them on its test queries."""
         from ltrr.eval import evaluate_splits, make_splits, plots, write_report
         from ltrr.eval.routing import utility_matrix
+        from ltrr.rankers.convergence import convergence_notes as _convergence_notes
+        from ltrr.rankers.convergence import (
+            recorded_convergence_warnings as _recorded_convergence_warnings,
+        )
 
         labels, raw = self._inputs_for_training("eval")
         ecfg, tcfg = self.config.eval, self.config.train
@@ -590,39 +599,6 @@ class Run:
         return out
 
 
-@contextlib.contextmanager
-def _recorded_convergence_warnings():
-    """Catch scikit-learn's ConvergenceWarning during a fit and keep it for the report.
-
-    The warning would otherwise print in the middle of the eval tables. Yields a list that
-    receives one entry per distinct message; other warnings pass through unchanged.
-    """
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-
-    caught: list[str] = []
-    with warnings.catch_warnings(record=True) as ws:
-        warnings.simplefilter("always", ConvergenceWarning)
-        yield caught
-    for w in ws:
-        if issubclass(w.category, ConvergenceWarning):
-            if str(w.message) not in caught:
-                caught.append(str(w.message))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-
-def _convergence_notes(messages: list[str], router) -> list[str]:
-    """``liblinear did not converge in 1000 iterations`` for each caught message."""
-    max_iter = getattr(getattr(router, "ranker_", None), "max_iter", None)
-    notes = []
-    for m in messages:
-        solver = "liblinear" if "iblinear" in m else "the solver"
-        notes.append(f"{solver} did not converge" + (f" in {max_iter} iterations" if max_iter else f" ({m.strip()})"))
-    return notes
-
-
 def _wide(scores: pd.DataFrame) -> pd.DataFrame:
     """Router scores (qid, arm, score) as a qid x arm matrix."""
     return scores.pivot(index="qid", columns="arm", values="score")
@@ -631,27 +607,3 @@ def _wide(scores: pd.DataFrame) -> pd.DataFrame:
 def _read_meta(folder: Path) -> dict:
     p = folder / "meta.json"
     return json.loads(p.read_text()) if p.exists() else {}
-
-
-def _stratified_sample(queries: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
-    """A seeded sample of about ``n`` queries, the same number of each query type.
-
-    Types with fewer queries than their share give all they have, and the rest is spread over
-    the other types, so that every type can be held out with a test set of useful size.
-    """
-    groups = {t: g for t, g in queries.groupby("qtype", sort=True)}
-    quota = dict.fromkeys(groups, 0)
-    left = n
-    while left > 0:
-        open_types = [t for t in groups if quota[t] < len(groups[t])]
-        if not open_types:
-            break
-        share = max(1, left // len(open_types))
-        for t in open_types:
-            add = min(share, len(groups[t]) - quota[t], left)
-            quota[t] += add
-            left -= add
-            if left == 0:
-                break
-    parts = [groups[t].sample(n=quota[t], random_state=seed) for t in groups if quota[t]]
-    return pd.concat(parts).sort_values("qid").reset_index(drop=True)

@@ -401,9 +401,12 @@ def test_no_headroom_and_a_noise_floor_above_it_are_said_in_words(tmp_path):
 def test_convergence_warnings_become_report_lines_and_others_pass_through():
     import warnings
 
-    from ltrr.pipeline import _convergence_notes, _recorded_convergence_warnings
     from ltrr.rankers import rankers
     from ltrr.rankers.checks import make_ranking_data
+    from ltrr.rankers.convergence import convergence_notes as _convergence_notes
+    from ltrr.rankers.convergence import (
+        recorded_convergence_warnings as _recorded_convergence_warnings,
+    )
     from ltrr.routers.ltr import LTRRouter
 
     X, y, qid = make_ranking_data(n_queries=30, random_state=0)
