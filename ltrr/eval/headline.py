@@ -29,7 +29,12 @@ import pandas as pd
 
 from ltrr._errors import DataError, LtrrError
 from ltrr.data.io import write_text_atomic
-from ltrr.eval.protocol import design_test_partition, noise_corrected_headroom, power_analysis
+from ltrr.eval.protocol import (
+    design_test_partition,
+    noise_corrected_headroom,
+    oracle_choice,
+    power_analysis,
+)
 
 __all__ = ["run_protocol", "captured_share", "protocol_summary"]
 
@@ -47,9 +52,9 @@ def captured_share(r, b, o, *, random_state=0, n_resamples: int = 2000) -> dict:
     return {"estimate": ci.estimate, "ci_low": ci.low, "ci_high": ci.high}
 
 
-def _label_with_gains(labels: pd.DataFrame, column: str) -> pd.DataFrame:
+def _check_label_column(labels: pd.DataFrame, column: str) -> None:
     if column in labels.columns:
-        return labels
+        return
     raise DataError(f"training label {column!r} is not a column of the labels table; it has "
                     f"{', '.join(c for c in labels.columns if c.endswith('gain'))}")
 
@@ -111,7 +116,7 @@ def run_protocol(
     out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
     lab_idx = labels.set_index("qid")
     for lab in train_labels:
-        _label_with_gains(labels, lab)
+        _check_label_column(labels, lab)
     design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)
     U_design = U.loc[list(part.train)]
     folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
@@ -177,9 +182,7 @@ def run_protocol(
             raise DataError("the replicate labels miss some (test query, arm) pairs")
         nc = noise_corrected_headroom(U.loc[test], U_b, best)
         # the corrected oracle of each query: the arm best on the main labels, scored on the replicate
-        A = U.loc[test].to_numpy(float)
-        order = sorted(range(A.shape[1]), key=lambda j: (U.columns[j] != best, -A[:, j].mean()))
-        pick = np.array(order)[np.argmax(A[:, order], axis=1)]
+        pick = oracle_choice(U.loc[test].to_numpy(float), list(U.columns), best)
         o_corr = U_b.to_numpy(float)[np.arange(len(test)), pick]
         b_rep = U_b[best].to_numpy(float)
         r_rep = U_b.to_numpy(float)[np.arange(len(test)), [list(U.columns).index(a) for a in outcomes["chosen"]]]

@@ -33,6 +33,7 @@ __all__ = [
     "design_sample",
     "power_analysis",
     "noise_corrected_headroom",
+    "oracle_choice",
 ]
 
 
@@ -133,6 +134,13 @@ def power_analysis(
             "mde_wilcoxon_worst": mde / math.sqrt(0.864), "n_design": int(len(d))}
 
 
+def oracle_choice(A: np.ndarray, arms: list[str], best_single: str) -> np.ndarray:
+    """The column of each row's best arm in ``A`` (queries x arms); ties go to the best single
+    arm, then to the arm with the higher mean."""
+    order = sorted(range(len(arms)), key=lambda j: (arms[j] != best_single, -np.nanmean(A[:, j])))
+    return np.array(order)[np.argmax(A[:, order], axis=1)]
+
+
 def noise_corrected_headroom(
     U_a: pd.DataFrame, U_b: pd.DataFrame, best_single: str
 ) -> dict:
@@ -158,10 +166,7 @@ def noise_corrected_headroom(
         raise DataError("the two replicates share no query")
     A = U_a.loc[common, arms].to_numpy(dtype=float)
     B = U_b.loc[common, arms].to_numpy(dtype=float)
-    # tie-break on A by the arms' mean utility on A (best single arm first)
-    order = sorted(range(len(arms)), key=lambda j: (arms[j] != best_single, -np.nanmean(A[:, j])))
-    Ao = A[:, order]
-    pick = np.array(order)[np.argmax(Ao, axis=1)]
+    pick = oracle_choice(A, arms, best_single)
     b = B[:, arms.index(best_single)]
     corrected = B[np.arange(len(common)), pick]
     raw = B.max(axis=1)
