@@ -237,9 +237,10 @@ def _likelihoods(generator, answers, golds: list[list[str]]) -> np.ndarray:
 def _add_gains(labels: pd.DataFrame, no_retrieval: str) -> pd.DataFrame:
     out = _gains_of(labels, no_retrieval, "utility", ("gain", "norm_gain", "tie"))
     if "likelihood" in labels.columns:
-        lik = _gains_of(out.rename(columns={"utility": "_u", "likelihood": "utility"}), no_retrieval,
-                        "utility", ("likelihood_gain", "likelihood_norm_gain", "_tie"))
-        out["likelihood_gain"], out["likelihood_norm_gain"] = lik["likelihood_gain"].to_numpy(), lik["likelihood_norm_gain"].to_numpy()
+        # `out` is already grouped by qid, so the row order is kept; ties of the likelihood are
+        # not a property of the query (the "tie" column stays the utility's)
+        out = _gains_of(out, no_retrieval, "likelihood", ("likelihood_gain", "likelihood_norm_gain", "_lik_tie"))
+        out = out.drop(columns="_lik_tie")
     return out
 
 
@@ -354,7 +355,7 @@ def summary_markdown(summary: dict) -> str:
             + (" (no headroom to compare it with)" if share != share else f" = {share:.0%} of the oracle headroom")
         )
         if share == share and share > 1:
-            lines.append("  the noise floor is above the headroom: reordering one arm's passages moves the "
+            lines.append("  the noise floor is above the headroom: an irrelevant change to the prompt moves the "
                          "answers more than the best routing could gain, so router gains here are noise")
     return "\n".join(lines)
 

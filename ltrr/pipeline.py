@@ -296,19 +296,18 @@ class Run:
         self._record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
         return out
 
-    def replicate_qids(self, queries: pd.DataFrame) -> list[str]:
+    def replicate_queries(self, queries: pd.DataFrame) -> pd.DataFrame:
         """The queries of the replicate labels: the protocol's test part, or all."""
         lcfg = self.config.labels
         if lcfg["replicate"] == "all":
-            return queries["qid"].astype(str).tolist()
+            return queries.reset_index(drop=True)
         if lcfg["replicate"] != "test":
             raise ConfigError(f"[labels] replicate must be 'test' or 'all', got {lcfg['replicate']!r}")
         from ltrr.eval.protocol import design_test_partition
 
         part = design_test_partition(queries, design_size=self.config.protocol["design_size"],
                                      random_state=self.config.seed)
-        test = set(part.test)
-        return [q for q in queries["qid"].astype(str) if q in test]
+        return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
 
     def _label_replicate(self, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
                          main: pd.DataFrame) -> dict:
@@ -318,8 +317,7 @@ class Run:
 
         lcfg, gcfg = self.config.labels, self.config.generation
         template = load_template(lcfg["replicate_template"])
-        keep = set(self.replicate_qids(queries))
-        sub = queries[queries["qid"].astype(str).isin(keep)].reset_index(drop=True)
+        sub = self.replicate_queries(queries)
         self.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
         t0 = time.perf_counter()
         with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
@@ -359,9 +357,7 @@ class Run:
                       likelihood=lcfg["likelihood"])
         if lcfg["replicate_template"]:
             rep = load_template(lcfg["replicate_template"])
-            keep = set(self.replicate_qids(self.dataset.queries))
-            sub = self.dataset.queries[self.dataset.queries["qid"].astype(str).isin(keep)].reset_index(drop=True)
-            label_queries(sub, pd.read_parquet(self.results_path), arms=pool.arm_names, no_retrieval=nr[0],
+            label_queries(self.replicate_queries(self.dataset.queries), pd.read_parquet(self.results_path), arms=pool.arm_names, no_retrieval=nr[0],
                           generator=rec, template=rep, scorer=parse_metric("em").bind(), metric_name="em",
                           seed=self.config.seed, chunk_size=gcfg["chunk_size"],
                           max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
