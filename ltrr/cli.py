@@ -301,7 +301,7 @@ def cmd_protocol(args: argparse.Namespace) -> int:
         _log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
         docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
                                  train_labels=p["train_labels"], feature_sets=p["feature_sets"] or None,
-                                 n_folds=p["n_folds"],
+                                 n_folds=p["n_folds"], routers=p["routers"],
                                  replicate=replicate if seed == cfg.seed else None))
     _out(protocol_summary(docs))
     return 0

@@ -87,6 +87,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "train_labels": ((list,), ["norm_gain"]),  # label columns: norm_gain, likelihood_norm_gain
         "feature_sets": ((list,), []),  # candidate feature sets (default: [features] set)
         "n_folds": ((int,), 5),
+        "routers": ((list,), []),  # more candidates as router specs, e.g. "knn:n_neighbors=50"
         "seeds": ((list,), []),  # more partition seeds: the headline's mean and sd over them
     },
 }

@@ -195,8 +195,9 @@ class Run:
                     tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None) -> Path:
         """Label every (query, arm) with the utility gain of the arm's passages.
 
-        With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, to fill the
-        shared generation cache from n processes at once; no labels table is written then.
+        With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, and its share of
+        the replicate, to fill the shared generation cache from n processes at once; no labels
+        table is written then.
         """
         from ltrr.generation import load_template
         from ltrr.labels import (
@@ -275,6 +276,10 @@ class Run:
         summary["cache_hits"] = generator.hits
         summary["seconds"] = round(time.perf_counter() - t0, 1)
         if shard is not None:
+            if lcfg["replicate_template"]:  # the shard's share of the replicate, into the cache only
+                self._label_replicate(ds.queries, results, arms, nr[0], generator, scorer, metric, extra_scorers,
+                                      run.labels, only=set(queries["qid"].astype(str)))
+                summary["generator_calls"] = generator.generator_calls
             self.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
                      f"in {summary['seconds']:.1f}s; cache {self.cache_path} (no labels table written)")
             return self.cache_path
@@ -288,6 +293,7 @@ class Run:
                     "arm": f"every arm under {rep['template']}", "mean_abs_diff": rep["mean_abs_diff"],
                     "disagreement_rate": rep["disagreement_rate"],
                     "share_of_headroom": rep["mean_abs_diff"] / summary["headroom"] if summary["headroom"] > 0 else float("nan")}
+            summary["generator_calls"], summary["cache_hits"] = generator.generator_calls, generator.hits
         write_labels(run, summary, self.labels_dir)
         self.log(summary_markdown(summary))
         self.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
@@ -310,14 +316,20 @@ class Run:
         return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
 
     def _label_replicate(self, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
-                         main: pd.DataFrame) -> dict:
-        """Label ``arms`` again under ``[labels] replicate_template`` -> labels/replicate.parquet."""
+                         main: pd.DataFrame, only: set[str] | None = None) -> dict:
+        """Label ``arms`` again under ``[labels] replicate_template`` -> labels/replicate.parquet.
+
+        ``only`` (a shard's query ids) labels just those replicate queries, to fill the cache:
+        nothing is written then.
+        """
         from ltrr.generation import load_template
         from ltrr.labels import label_queries
 
         lcfg, gcfg = self.config.labels, self.config.generation
         template = load_template(lcfg["replicate_template"])
         sub = self.replicate_queries(queries)
+        if only is not None:
+            sub = sub[sub["qid"].astype(str).isin(only)].reset_index(drop=True)
         self.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
         t0 = time.perf_counter()
         with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
@@ -326,6 +338,8 @@ class Run:
                                 seed=self.config.seed, chunk_size=gcfg["chunk_size"],
                                 max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
                                 params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+        if only is not None:
+            return {}
         write_table_atomic(rep.labels, self.labels_dir / "replicate.parquet")
         both = main.merge(rep.labels[["qid", "arm", "utility"]], on=["qid", "arm"], suffixes=("", "_rep"))
         diff = (both["utility"] - both["utility_rep"]).abs()

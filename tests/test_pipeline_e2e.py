@@ -216,7 +216,8 @@ def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     monkeypatch.chdir(root)
     cfg = _config(root, "proto", model, 7)
     text = cfg.read_text().replace('noise_floor_arm = "bm25"', 'noise_floor_arm = "bm25"\nreplicate_template = "short_answer_b"')
-    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n')
+    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n'
+                   'routers = ["knn:n_neighbors=5"]\n')
     assert main(["run", str(cfg)]) == 0
     capsys.readouterr()
     assert main(["protocol", str(cfg)]) == 0
@@ -224,7 +225,8 @@ def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     assert "Pre-registered (seed 7" in out and "Wilcoxon p = " in out and "Over 2 partition seeds" in out
     pre = json.loads((root / "proto" / "protocol" / "seed-7" / "preregistration.json").read_text())
     head = json.loads((root / "proto" / "protocol" / "seed-7" / "headline.json").read_text())
-    assert pre["router"] in {c["router"] for c in pre["candidates"]} and len(pre["candidates"]) == 2
+    assert pre["router"] in {c["router"] for c in pre["candidates"]} and len(pre["candidates"]) == 3
+    assert pre["candidates"][2]["router"] == "knn:n_neighbors=5" and pre["candidates"][2]["label"] == "utility"
     assert head["headline"]["n_test"] == pre["n_test"] and pre["power"]["mde"] > 0
     # replicate labels of exactly the test part, under the reworded template
     rep = pd.read_parquet(root / "proto" / "labels" / "replicate.parquet")
@@ -261,3 +263,24 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
     h1, h2 = outputs[0][1], outputs[1][1]
     h1["preregistration"].pop("design_seconds"), h2["preregistration"].pop("design_seconds")
     assert h1 == h2
+
+
+def test_label_shards_fill_the_cache_replicate_included(project, capsys, monkeypatch):
+    """`ltrr label --shard i/N` fills the cache with its queries and their replicate: the
+    unsharded run afterwards makes no generator call and writes both tables."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "shards", model, 7)
+    text = cfg.read_text().replace('noise_floor_arm = "bm25"', 'noise_floor_arm = "bm25"\nreplicate_template = "short_answer_b"')
+    cfg.write_text(text.replace(f"cache = \"{root / 'cache.sqlite'}\"", f"cache = \"{root / 'shards.sqlite'}\""))
+    assert main(["index", str(cfg)]) == 0
+    for i in range(2):
+        assert main(["label", str(cfg), "--shard", f"{i}/2"]) == 0
+    assert not (root / "shards" / "labels" / "labels.parquet").exists()
+    capsys.readouterr()
+    assert main(["label", str(cfg)]) == 0
+    summary = json.loads((root / "shards" / "labels" / "summary.json").read_text())
+    assert summary["generator_calls"] == 0 and summary["replicate"]["queries"] > 0
+    assert (root / "shards" / "labels" / "replicate.parquet").exists()
+    assert main(["label", str(cfg), "--shard", "2/2", "--force"]) == 2
+    assert "--shard must be I/N with 0 <= I < N, got 2/2" in capsys.readouterr().err

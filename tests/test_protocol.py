@@ -79,3 +79,20 @@ def test_noise_corrected_headroom_chooses_on_a_and_scores_on_b():
     assert r["headroom_raw"] == 0.5 and r["headroom_corrected"] == -0.25
     with pytest.raises(DataError, match="not an arm"):
         noise_corrected_headroom(A, B, "z")
+
+
+def test_protocol_candidates_and_bad_router_specs():
+    from ltrr._errors import ConfigError
+    from ltrr.eval.headline import _candidates
+
+    c = _candidates(["lambdamart-listwise"], ["norm_gain", "likelihood_norm_gain"], None, "paper",
+                    ["knn:n_neighbors=50"])
+    assert [x["router"] for x in c] == ["ltrr:lambdamart-listwise", "ltrr:lambdamart-listwise[likelihood_norm_gain]",
+                                        "knn:n_neighbors=50"]
+    assert c[2]["label"] == "utility" and c[2]["ranker"] is None
+    with pytest.raises(ConfigError, match="the oracle is no candidate"):
+        _candidates([], [], None, "paper", ["oracle"])
+    with pytest.raises(ConfigError, match="no candidate router"):
+        _candidates([], ["norm_gain"], None, "paper", [])
+    with pytest.raises(ConfigError, match="unknown router 'nope'"):
+        _candidates([], [], None, "paper", ["nope:a=1"])

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import DataError, LtrrError
+from ltrr._errors import ConfigError, DataError, LtrrError
 from ltrr.data.io import write_text_atomic
 from ltrr.eval.protocol import (
     design_test_partition,
@@ -56,15 +56,44 @@ def _check_label_column(labels: pd.DataFrame, column: str) -> None:
     if column in labels.columns:
         return
     raise DataError(f"training label {column!r} is not a column of the labels table; it has "
-                    f"{', '.join(c for c in labels.columns if c.endswith('gain'))}")
+                    f"{', '.join(c for c in labels.columns if c.endswith('gain') or c == 'utility')}")
 
 
-def _fit_predict(run, ranker: str, label: str, features: str, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
-    router = run._router("ltrr", ranker).set_params(label=label, features=features)
+def _fit_predict(run, cand: dict, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
+    """Fit candidate ``cand`` on the ``train`` queries and score the arms of ``test``."""
+    if cand["ranker"] is not None:
+        router = run._router("ltrr", cand["ranker"]).set_params(label=cand["label"], features=cand["features"])
+    else:
+        from ltrr.routers import make_router
+
+        router = make_router(cand["spec"])
     lab = labels_idx.loc[labels_idx.index.isin(set(train))].reset_index()
-    lab = lab[lab[label].notna()]
+    lab = lab[lab[cand["label"]].notna()]
     router.fit(raw.subset(train), lab)
     return router.route_scores(raw.subset(test)).pivot(index="qid", columns="arm", values="score")
+
+
+def _candidates(rankers, train_labels, feature_sets, default_fs: str, router_specs) -> list[dict]:
+    """Every (ranker, label, feature set) triple of LTRRouter, then every other router spec."""
+    from ltrr.routers import make_router, parse_router_spec
+
+    out = []
+    for rk in rankers:
+        for lab in train_labels:
+            for fs in feature_sets or [default_fs]:
+                tags = [t for t in (lab if lab != "norm_gain" else "", fs if fs != default_fs else "") if t]
+                out.append({"router": f"ltrr:{rk}" + (f"[{', '.join(tags)}]" if tags else ""),
+                            "ranker": rk, "label": lab, "features": fs, "spec": None})
+    for spec in router_specs:
+        name, params = parse_router_spec(spec)
+        if name in ("ltrr", "oracle"):
+            raise ConfigError(f"protocol router {spec!r}: give LTR rankers in `rankers`; the oracle is no candidate")
+        make_router(spec)  # an unknown router or parameter fails here, before any fitting
+        out.append({"router": spec, "ranker": None, "label": params.get("label", "utility"),
+                    "features": "query_embedding" if name == "knn" else "raw", "spec": spec})
+    if not out:
+        raise ConfigError("the protocol has no candidate router: give `rankers` or `routers`")
+    return out
 
 
 def run_protocol(
@@ -76,6 +105,7 @@ def run_protocol(
     train_labels: Sequence[str] = ("norm_gain",),
     feature_sets: Sequence[str] | None = None,
     n_folds: int = 5,
+    routers: Sequence[str] = (),
     replicate: pd.DataFrame | None = None,
     out_dir: str | Path | None = None,
     n_resamples: int = 2000,
@@ -91,6 +121,9 @@ def run_protocol(
     rankers, train_labels, feature_sets
         The candidates: every (ranker, training label column, feature set) triple; the feature
         sets default to the config's.
+    routers : sequence of str
+        More candidates that are not LTRRouters, as router specs (`ltrr.routers.make_router`),
+        e.g. ``"knn:n_neighbors=50"``; each is trained on its ``label`` (default ``utility``).
     replicate : DataFrame, optional
         Labels of an independent replicate (same queries and arms, another equivalent prompt)
         for the noise-corrected headroom.
@@ -115,40 +148,39 @@ def run_protocol(
     part = design_test_partition(queries, design_size=design_size, random_state=seed)
     out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
     lab_idx = labels.set_index("qid")
-    for lab in train_labels:
-        _check_label_column(labels, lab)
+    candidates = _candidates(rankers, train_labels, feature_sets, run.config.features["set"], routers)
+    for cand in candidates:
+        _check_label_column(labels, cand["label"])
     design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)
     U_design = U.loc[list(part.train)]
     folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
     t0 = time.perf_counter()
     cv_rows, cv_preds = [], {}
-    default_fs = run.config.features["set"]
-    candidates = [(rk, lab, fs) for rk in rankers for lab in train_labels for fs in (feature_sets or [default_fs])]
-    for rk, lab, fs in candidates:
-        tags = [t for t in (lab if lab != "norm_gain" else "", fs if fs != default_fs else "") if t]
-        name = f"ltrr:{rk}" + (f"[{', '.join(tags)}]" if tags else "")
+    for cand in candidates:
+        name = cand["router"]
         preds = {}
         for f in folds:
             try:
-                preds[f.name] = {name: _fit_predict(run, rk, lab, fs, raw, lab_idx, f.train, f.test)}
+                preds[f.name] = {name: _fit_predict(run, cand, raw, lab_idx, f.train, f.test)}
             except LtrrError as exc:
                 raise type(exc)(f"protocol: {name} failed on design fold {f.name}: {exc}") from None
         ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
                              n_resamples=200, random_state=seed)
         row = ev.table[ev.table["pooled"]].iloc[0]
         pq = ev.per_query[(ev.per_query["split"] == "kfold") & (ev.per_query["router"] == name)]
-        cv_preds[name] = (rk, lab, pq)
-        cv_rows.append({"router": name, "ranker": rk, "label": lab, "features": fs,
+        cv_preds[name] = pq
+        cv_rows.append({"router": name, "ranker": cand["ranker"], "label": cand["label"],
+                        "features": cand["features"], "spec": cand["spec"],
                         "cv_mean_utility": float(row["mean_utility"]),
                         "cv_best_single": float(row["best_single_utility"]),
                         "cv_headroom_captured": float(row["headroom_captured"])})
     chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
-    rk, lab, pq = cv_preds[chosen["router"]]
-    fs = chosen["features"]
+    pq = cv_preds[chosen["router"]]
     best = best_single_arm(U_design)
     power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), part.n_test)
     prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": part.n_test,
-              "router": chosen["router"], "ranker": rk, "label": lab, "features": fs, "best_single_arm": best,
+              "router": chosen["router"], "ranker": chosen["ranker"], "label": chosen["label"],
+              "features": chosen["features"], "best_single_arm": best,
               "candidates": cv_rows, "power": power, "n_folds": n_folds,
               "design_seconds": round(time.perf_counter() - t0, 1)}
     write_text_atomic(out_dir / "preregistration.json", json.dumps(prereg, indent=2, default=float) + "\n")
@@ -156,8 +188,7 @@ def run_protocol(
     # ---- the test part, once -----------------------------------------------------------------
     test = list(part.test)
     split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
-    preds = {c["router"]: _fit_predict(run, c["ranker"], c["label"], c["features"], raw, lab_idx, part.train, test)
-             for c in cv_rows}
+    preds = {c["router"]: _fit_predict(run, c, raw, lab_idx, part.train, test) for c in cv_rows}
     head = evaluate_splits(U, [split], {split.name: {chosen["router"]: preds[chosen["router"]]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
                            n_resamples=n_resamples, random_state=seed)

@@ -12,6 +12,7 @@ Examples
 True
 """
 
+from ltrr.routers.knn import KNNRouter  # noqa: E402
 from ltrr.routers.ltr import LTRRouter  # noqa: E402
 from ltrr.routers.reference import (  # noqa: E402  (registers the reference routers)
     BestSingleRouter,
@@ -19,6 +20,7 @@ from ltrr.routers.reference import (  # noqa: E402  (registers the reference rou
     OracleRouter,
     RandomRouter,
 )
+from ltrr.routers.spec import make_router, parse_router_spec  # noqa: E402
 from ltrr.routers.trainfree import (
     AvgSimRouter,
     FeatureRouter,
@@ -33,6 +35,7 @@ from ltrr.routers.trainfree import (
 )
 
 __all__ = [
+    "KNNRouter",
     "LTRRouter",
     "OracleRouter",
     "BestSingleRouter",
@@ -48,4 +51,6 @@ __all__ = [
     "routers",
     "arm_order",
     "rank_scores",
+    "make_router",
+    "parse_router_spec",
 ]

@@ -1,0 +1,131 @@
+"""KNNRouter: learns which kind of query each arm serves, round-trips, and refuses bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.exceptions import NotFittedError
+
+from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr.features import RawFeatures
+from ltrr.routers import KNNRouter, make_router, parse_router_spec, routers
+from ltrr.routers.reference import BestSingleRouter
+
+ARMS = ["bm25", "dense", "none"]
+
+
+def clustered(n_per=30, dim=6, seed=0, noise=0.3):
+    """Three query clusters; in cluster c arm c is right 80% of the time, the others 30%."""
+    rng = np.random.default_rng(seed)
+    centres = np.eye(3, dim)
+    qids, emb, rows = [], [], []
+    for c in range(3):
+        for i in range(n_per):
+            qid = f"c{c}-{i:02d}"
+            qids.append(qid)
+            emb.append(centres[c] + noise * rng.normal(size=dim))
+            for a, arm in enumerate(ARMS):
+                rows.append((qid, arm, float(rng.uniform() < (0.8 if a == c else 0.3))))
+    table = pd.DataFrame({"qid": np.repeat(qids, 3), "arm": ARMS * len(qids)})
+    raw = RawFeatures(table=table, query_embeddings=np.asarray(emb), qids=qids, arms=ARMS, no_retrieval=["none"])
+    labels = pd.DataFrame(rows, columns=["qid", "arm", "utility"])
+    return raw, labels
+
+
+def test_knn_learns_which_cluster_each_arm_serves():
+    raw, labels = clustered()
+    train = [q for q in raw.qids if int(q[-2:]) % 3]
+    test = [q for q in raw.qids if not int(q[-2:]) % 3]
+    router = KNNRouter(n_neighbors=10).fit(raw.subset(train), labels[labels.qid.isin(train)])
+    chosen = router.choose(raw.subset(test))
+    right = np.mean([a == ARMS[int(q[1])] for q, a in chosen.items()])
+    assert right >= 0.85  # 0.87 here; the label noise (0.8 vs 0.3) caps it below 1
+    # the best single arm can be right on one cluster only
+    single = BestSingleRouter().fit(raw.subset(train), labels[labels.qid.isin(train)]).choose(raw.subset(test))
+    assert np.mean([a == ARMS[int(q[1])] for q, a in single.items()]) <= 0.34
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 12))
+def test_knn_with_every_neighbour_and_no_prior_is_the_best_single_arm(seed, n):
+    """With n_neighbors >= the training queries and uniform weights, every query gets each arm's
+    training mean: the ranking is the best single arm's, whatever the query."""
+    rng = np.random.default_rng(seed)
+    qids = [f"q{i}" for i in range(n)]
+    raw = RawFeatures(table=pd.DataFrame({"qid": np.repeat(qids, 3), "arm": ARMS * n}),
+                      query_embeddings=rng.normal(size=(n, 4)), qids=qids, arms=ARMS, no_retrieval=["none"])
+    labels = pd.DataFrame({"qid": np.repeat(qids, 3), "arm": ARMS * n, "utility": rng.uniform(size=3 * n).round(1)})
+    s = KNNRouter(n_neighbors=n + 5, prior_weight=0.0).fit(raw, labels).route_scores(raw)
+    means = labels.groupby("arm")["utility"].mean()
+    for _, g in s.groupby("qid"):
+        np.testing.assert_allclose(g["score"].to_numpy(), means.loc[g["arm"]].to_numpy())
+
+
+def test_knn_save_load_and_the_per_query_path_agree(tmp_path):
+    from types import SimpleNamespace
+
+    raw, labels = clustered(n_per=10)
+    router = KNNRouter(n_neighbors=5, weights="similarity").fit(raw, labels)
+    loaded = KNNRouter.load(router.save(tmp_path / "knn"))
+    assert sorted(p.name for p in (tmp_path / "knn").iterdir()) == ["knn.safetensors", "router.json"]
+    a, b = router.route_scores(raw), loaded.route_scores(raw)
+    pd.testing.assert_frame_equal(a, b)
+    one = a[a.qid == raw.qids[4]].sort_values(["score"], ascending=False, kind="stable")
+    q = SimpleNamespace(query_embedding=raw.query_embeddings[4], arms=ARMS)
+    assert [arm for arm, _ in loaded.route_query(q)] == one["arm"].tolist()
+
+
+def test_router_specs():
+    assert parse_router_spec("knn:n_neighbors=50, weights=similarity,prior_weight=0.5") == (
+        "knn", {"n_neighbors": 50, "weights": "similarity", "prior_weight": 0.5})
+    assert make_router("knn:n_neighbors=7").n_neighbors == 7
+    assert isinstance(make_router("best-single"), BestSingleRouter)
+    assert "knn" in routers.names()
+    with pytest.raises(ConfigError, match="not param=value"):
+        parse_router_spec("knn:50")
+    with pytest.raises(ConfigError, match="unknown router 'nope'"):
+        make_router("nope")
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'k'"):
+        make_router("knn:k=5")
+    with pytest.raises(ConfigError, match="non-empty string"):
+        parse_router_spec("")
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"n_neighbors": 0}, "n_neighbors must be a positive integer"),
+    ({"n_neighbors": 2.5}, "n_neighbors must be a positive integer"),
+    ({"weights": "distance"}, "weights must be one of uniform, similarity"),
+    ({"prior_weight": -1}, "prior_weight must be a number >= 0"),
+])
+def test_knn_bad_parameters_are_config_errors(params, match):
+    raw, labels = clustered(n_per=3)
+    with pytest.raises(ConfigError, match=match):
+        KNNRouter(**params).fit(raw, labels)
+
+
+def test_knn_bad_input(tmp_path):
+    raw, labels = clustered(n_per=3)
+    with pytest.raises(NotFittedError):
+        KNNRouter().route_scores(raw)
+    with pytest.raises(DataError, match="needs training labels"):
+        KNNRouter().fit(raw)
+    with pytest.raises(DataError, match="RawFeatures with query embeddings"):
+        KNNRouter().fit(raw.table, labels)
+    with pytest.raises(DataError, match="no training query with a label for every arm"):
+        KNNRouter().fit(raw, labels.assign(qid="x" + labels["qid"]))
+    router = KNNRouter(n_neighbors=2).fit(raw, labels)
+    other = RawFeatures(table=raw.table.assign(arm=raw.table["arm"].replace("dense", "e5")),
+                        query_embeddings=raw.query_embeddings, qids=raw.qids, arms=["bm25", "e5", "none"])
+    with pytest.raises(DataError, match=r"also has \['e5'\]"):
+        router.route_scores(other)
+    with pytest.raises(DataError, match="dimension 3; the router was trained on 6"):
+        router.scores_for(np.ones((1, 3)))
+    with pytest.raises(NotBuiltError, match="no saved knn router"):
+        KNNRouter.load(tmp_path)
+    router.save(tmp_path / "k")
+    (tmp_path / "k" / "router.json").write_text('{"router": "ltrr", "format": 1}')
+    with pytest.raises(DataError, match="not a knn router"):
+        KNNRouter.load(tmp_path / "k")
