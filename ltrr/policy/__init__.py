@@ -1,0 +1,41 @@
+"""The second selection stage: a routing policy that picks one arm per query under a cost budget.
+
+Above the LTR ranker, a small head scores each arm's row (the arm's LTRR features, the ranker's
+score, the arm's cost, optionally the LLM's state of the question) with one shared network and a
+softmax across the arms of a query. It is trained by GRPO with a Lagrange multiplier on the
+average cost budget (or by the exact expected reward, its no-sampling baseline), and deployed
+as a deterministic cost-aware argmax calibrated to the budget on held-out training queries.
+
+- `ltrr.policy.objective`: GRPO advantages and loss, the exact loss, the dual update, the
+  calibrated rule, the budgeted LP oracle.
+- `BudgetPolicy` (`ltrr.policy.estimator`): the scikit-learn estimator over arrays.
+- `PolicyRouter` (`ltrr.policy.router`): rows from a run, the LTR router, named arms, one folder.
+- `ltrr.policy.evaluate`: cost-utility curves against the baselines.
+
+Torch is imported only when a policy is trained or loaded.
+"""
+
+from ltrr.policy.estimator import TRAINERS, BudgetPolicy
+from ltrr.policy.objective import (
+    binomial_margin,
+    budget_oracle,
+    calibrate_tau,
+    cost_aware_argmax,
+    dual_update,
+    exact_loss,
+    grpo_advantages,
+    grpo_loss,
+)
+
+__all__ = [
+    "BudgetPolicy",
+    "TRAINERS",
+    "binomial_margin",
+    "budget_oracle",
+    "calibrate_tau",
+    "cost_aware_argmax",
+    "dual_update",
+    "exact_loss",
+    "grpo_advantages",
+    "grpo_loss",
+]

@@ -1,0 +1,150 @@
+"""The budgeted routing policy: GRPO by hand, the dual update on a bandit, invariances, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr.policy import (
+    BudgetPolicy,
+    budget_oracle,
+    calibrate_tau,
+    dual_update,
+    exact_loss,
+    grpo_advantages,
+    grpo_loss,
+)
+
+
+def bandit(n=600, seed=0, n_arms=3):
+    """Contextual bandit: utilities depend on x differently per arm; costs rise with the arm."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, size=n)
+    slope = np.linspace(0.1, -0.2, n_arms)
+    base = np.linspace(0.2, 0.8, n_arms)
+    U = base[None, :] + slope[None, :] * x[:, None]
+    C = np.linspace(0.0, 1.0, n_arms)
+    X = np.stack([np.stack([x, np.full(n, c)], 1) for c in C], axis=1)
+    return X, U, C
+
+
+def test_grpo_advantage_and_loss_by_hand():
+    # one query, 3 arms, logits (0, ln 2, 0): pi = (1/4, 1/2, 1/4); group of 4 actions
+    logits = torch.tensor([[0.0, float(np.log(2.0)), 0.0]], requires_grad=True)
+    actions = torch.tensor([[0, 1, 1, 2]])
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    adv = grpo_advantages(rewards)  # mean 0.5, population std 0.5
+    assert torch.allclose(adv, torch.tensor([[1.0, -1.0, -1.0, 1.0]]), atol=1e-5)
+    loss = grpo_loss(logits, actions, adv)
+    # -(1/4) * [ln(1/4) - ln(1/2) - ln(1/2) + ln(1/4)] = -(1/4) * 2 ln(1/2) = ln(2) / 2
+    assert float(loss.detach()) == pytest.approx(np.log(2.0) / 2, abs=1e-6)
+    loss.backward()
+    # d/dz of -(1/4) sum_g A_g log pi(a_g): -(1/4) sum_g A_g (onehot(a_g) - pi)
+    pi = np.array([0.25, 0.5, 0.25])
+    expect = -0.25 * (np.array([1, 0, 0]) - np.array([0, 1, 0]) * 2 + np.array([0, 0, 1]) - 0 * pi)
+    np.testing.assert_allclose(logits.grad.numpy()[0], expect, atol=1e-6)
+    # entropy bonus: H = -(2 * 1/4 ln 1/4 + 1/2 ln 1/2) = 1.5 ln 2
+    with_h = grpo_loss(logits, actions, adv, entropy_weight=0.1)
+    assert float(with_h.detach()) == pytest.approx(np.log(2.0) / 2 - 0.1 * 1.5 * np.log(2.0), abs=1e-6)
+    # equal rewards in a group: zero advantage
+    assert torch.all(grpo_advantages(torch.ones(1, 4)) == 0)
+
+
+def test_exact_loss_and_dual_update_by_hand():
+    logits = torch.tensor([[0.0, float(np.log(3.0))]])  # pi = (1/4, 3/4)
+    rewards = torch.tensor([[1.0, 0.2]])
+    assert float(exact_loss(logits, rewards)) == pytest.approx(-(0.25 + 0.15))
+    assert dual_update(0.0, 0.8, 0.5, 0.1) == pytest.approx(0.03)
+    assert dual_update(0.01, 0.2, 0.5, 0.1) == 0.0
+
+
+@pytest.mark.parametrize("trainer", ["exact", "grpo"])
+def test_dual_update_reaches_the_lp_optimum_of_a_bandit(trainer):
+    """At B = 0.5 the deployed rule of a policy trained with the dual update is within 2% of the
+    LP optimum's utility, at the budget (calibrated on the training queries)."""
+    X, U, C = bandit()
+    oracle = budget_oracle(U, C, 0.5)
+    pol = BudgetPolicy(budget=0.5, trainer=trainer, calibration_size=0.0, random_state=0).fit(X, U, C)
+    a = pol.predict(X)
+    assert C[a].mean() <= 0.5 + 1e-9
+    assert U[np.arange(len(a)), a].mean() >= 0.98 * oracle["utility"]
+    hist = pol.history_
+    assert len(hist) == 600 and {"lambda", "mean_cost", "mean_utility"} <= set(hist[0])
+    assert max(h["lambda"] for h in hist) > 0  # the budget binds, so the multiplier rose
+
+
+def test_same_seed_same_decisions_and_save_load(tmp_path):
+    X, U, C = bandit(n=200)
+    a = BudgetPolicy(budget=0.4, n_steps=50, random_state=3).fit(X, U, C)
+    b = BudgetPolicy(budget=0.4, n_steps=50, random_state=3).fit(X, U, C)
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    loaded = BudgetPolicy.load(a.save(tmp_path / "p"))
+    np.testing.assert_array_equal(loaded.predict(X), a.predict(X))
+    np.testing.assert_allclose(loaded.predict_proba(X), a.predict_proba(X))
+
+
+@pytest.mark.parametrize("n_arms", [3, 10])
+def test_any_number_of_arms_and_their_order_changes_nothing(n_arms):
+    X, U, C = bandit(n=200, n_arms=n_arms)
+    pol = BudgetPolicy(budget=0.5, trainer="exact", n_steps=60, random_state=0).fit(X, U, C)
+    p = pol.predict_proba(X)
+    assert p.shape == (200, n_arms) and np.allclose(p.sum(axis=1), 1)
+    perm = np.random.default_rng(1).permutation(n_arms)
+    back = np.argsort(perm)
+    np.testing.assert_allclose(pol.predict_proba(X[:, perm])[:, back], p, atol=1e-6)
+    np.testing.assert_array_equal(perm[pol.predict(X[:, perm], C[perm])], pol.predict(X))
+    # trained on the permuted pool: the same decisions, arm for arm, up to float summation order
+    # (PolicyRouter orders the arms by name, so a reordered pool gives identical decisions there)
+    pol2 = BudgetPolicy(budget=0.5, trainer="exact", n_steps=60, random_state=0).fit(X[:, perm], U[:, perm], C[perm])
+    assert np.mean(perm[pol2.predict(X[:, perm], C[perm])] == pol.predict(X)) >= 0.99
+
+
+def test_an_arm_a_query_lacks_gets_probability_zero():
+    X, U, C = bandit(n=100)
+    X[:10, 2] = np.nan
+    pol = BudgetPolicy(budget=0.5, trainer="grpo", n_steps=30, random_state=0).fit(X, U, C)
+    assert np.all(pol.predict_proba(X)[:10, 2] == 0) and np.all(pol.predict(X)[:10] != 2)
+
+
+def test_calibrated_rule_and_oracle():
+    s = np.array([[0.0, 1.0, 2.0]] * 4)
+    c = np.array([0.0, 1.0, 2.0])
+    assert calibrate_tau(s, c, budget=2.0) <= 0  # already within budget: no push towards cheap
+    tau = calibrate_tau(s, c, budget=1.0)
+    assert 0 < tau
+    o = budget_oracle(np.array([[0.0, 1.0], [0.0, 1.0]]), c[:2], budget=0.5)
+    assert o["utility"] == pytest.approx(0.5) and o["cost"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("kwargs, costs, match", [
+    ({"budget": -0.1}, None, "the budget must be >= 0"),
+    ({"budget": 1.5}, None, "above the most expensive arm's cost 1.0"),
+    ({"budget": "half"}, None, "the budget must be a number"),
+    ({"budget": 0.5}, [0.0, -1.0, 1.0], "must be a finite number >= 0"),
+    ({"budget": 0.5}, [0.0, "cheap", 1.0], "must be a number >= 0"),
+    ({"budget": 0.5, "trainer": "ppo"}, None, "trainer must be 'grpo' or 'exact'"),
+    ({"budget": 0.5, "group_size": 0}, None, "group_size must be a positive integer"),
+    ({"budget": 0.5, "calibration_size": 1.0}, None, r"calibration_size must be in \[0, 1\)"),
+])
+def test_bad_budgets_costs_and_parameters(kwargs, costs, match):
+    X, U, C = bandit(n=20)
+    with pytest.raises(ConfigError, match=match):
+        BudgetPolicy(n_steps=2, **kwargs).fit(X, U, C if costs is None else costs)
+
+
+def test_bad_data():
+    X, U, C = bandit(n=20)
+    with pytest.raises(DataError, match="every training query is a tie"):
+        BudgetPolicy(n_steps=2).fit(X, np.ones_like(U), C)
+    with pytest.raises(DataError, match=r"shape \(n_queries, n_arms, n_features\)"):
+        BudgetPolicy(n_steps=2).fit(X[:, :, 0], U, C)
+    with pytest.raises(DataError, match="utilities have shape"):
+        BudgetPolicy(n_steps=2).fit(X, U[:, :2], C)
+    pol = BudgetPolicy(n_steps=2).fit(X, U, C)
+    with pytest.raises(DataError, match="the policy was trained on 2"):
+        pol.predict(np.concatenate([X, X], axis=2))
+    with pytest.raises(NotBuiltError, match="no saved policy head"):
+        BudgetPolicy.load("/nonexistent")
