@@ -302,8 +302,9 @@ class BudgetPolicy(BaseEstimator):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         arrays = {f"head.{k}": v.detach().numpy().copy() for k, v in self.head_.state_dict().items()}
-        arrays.update(x_mean=np.asarray(self.x_mean_, np.float64), x_scale=np.asarray(self.x_scale_, np.float64),
-                      costs=np.asarray(self.costs_, np.float64))
+        arrays.update(x_mean=np.ascontiguousarray(self.x_mean_, np.float64),
+                      x_scale=np.ascontiguousarray(self.x_scale_, np.float64),
+                      costs=np.ascontiguousarray(self.costs_, np.float64))
         tmp = path / "head.safetensors.tmp"
         save_file(arrays, str(tmp))
         os.replace(tmp, path / "head.safetensors")

@@ -184,7 +184,9 @@ class KNNRouter(Router):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tmp = path / "knn.safetensors.tmp"
-        save_file({"embeddings": self.embeddings_, "utility": self.utility_}, str(tmp))
+        # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
+        save_file({"embeddings": np.ascontiguousarray(self.embeddings_),
+                   "utility": np.ascontiguousarray(self.utility_)}, str(tmp))
         os.replace(tmp, path / "knn.safetensors")
         meta = {"format": KNN_FORMAT, "router": "knn", "ltrr_version": __version__,
                 "params": self.get_params(), "arms": self.arms_}

@@ -1,0 +1,273 @@
+"""PolicyRouter: the LTR router, the per-arm rows and a `BudgetPolicy`, for one budget, in one folder.
+
+Each (query, arm) row holds the arm's LTRR features (the LTR router's fitted feature pipeline),
+the LTR ranker's score and the arm's cost; with ``representation="lm"`` the generator LLM's
+state of the question alone (`ltrr.policy.states`), reduced by a PCA fit on the training
+queries, is appended to every row of the query.
+
+The LTR scores of the training queries are cross-fitted: each comes from a ranker trained on the
+other folds (grouped), so the head learns how far to trust the ranker on queries it has not
+seen; the ranker saved for deployment is then fit on every training query.
+
+Arms are kept in name order inside, so a pool listed in another order gives identical
+decisions. A saved policy refuses a pool with other arms or other costs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.exceptions import NotFittedError
+
+from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr._version import __version__
+from ltrr.policy.estimator import BudgetPolicy
+from ltrr.policy.objective import check_costs
+from ltrr.routers.reference import _frame, utility_frame
+from ltrr.routers.trainfree import Router, _table
+
+__all__ = ["PolicyRouter", "REPRESENTATIONS", "POLICY_FORMAT"]
+
+REPRESENTATIONS = ("features", "lm")
+POLICY_FORMAT = 1
+
+
+def _grid(table: pd.DataFrame, values: np.ndarray, qids: list[str], arms: list[str]) -> np.ndarray:
+    """Rows of ``table`` (qid, arm) with ``values`` (n_rows, d) -> (n_qids, n_arms, d), NaN-filled."""
+    qi = pd.Index(qids).get_indexer(table["qid"].astype(str))
+    ai = pd.Index(arms).get_indexer(table["arm"].astype(str))
+    out = np.full((len(qids), len(arms), values.shape[1]), np.nan)
+    ok = (qi >= 0) & (ai >= 0)
+    out[qi[ok], ai[ok]] = values[ok]
+    return out
+
+
+class PolicyRouter(Router):
+    """A budgeted routing policy over a pool of arms (see the module docstring).
+
+    Parameters
+    ----------
+    budget : float
+        Average cost budget per query.
+    costs : dict
+        ``arm -> cost`` (>= 0) for every arm of the pool.
+    representation : {"features", "lm"}
+        The rows only, or the rows plus the question's LLM state.
+    trainer : {"grpo", "exact"}
+        See `BudgetPolicy`.
+    ltr : dict, optional
+        `ltrr.routers.LTRRouter` parameters (ranker, ranker_params, features, label,
+        pool_config, index_dir).
+    policy_params : dict, optional
+        More `BudgetPolicy` parameters (n_steps, group_size, ...).
+    n_folds : int
+        Folds of the cross-fitted LTR scores of the training queries.
+    lm_dim : int
+        PCA size of the question states (``lm``).
+    lm : dict, optional
+        How the question states are made (``ltrr.policy.states.question_states`` arguments:
+        ``generator`` config and ``pooling``); needed to route new questions with ``lm``.
+    random_state : int
+        One seed for the ranker, the folds, the PCA and the head.
+    """
+
+    name = "policy"
+
+    def __init__(self, budget: float = 0.5, *, costs: dict | None = None, representation: str = "features",
+                 trainer: str = "grpo", ltr: dict | None = None, policy_params: dict | None = None,
+                 n_folds: int = 5, lm_dim: int = 16, lm: dict | None = None, random_state: int = 0):
+        self.budget = budget
+        self.costs = costs
+        self.representation = representation
+        self.trainer = trainer
+        self.ltr = ltr
+        self.policy_params = policy_params
+        self.n_folds = n_folds
+        self.lm_dim = lm_dim
+        self.lm = lm
+        self.random_state = random_state
+
+    # ---- rows ---------------------------------------------------------------------------------
+    def _ltr(self):
+        from ltrr.routers.ltr import LTRRouter
+
+        return LTRRouter(**{"random_state": self.random_state, **(self.ltr or {})})
+
+    def _cost_vector(self, arms: list[str]) -> np.ndarray:
+        if not isinstance(self.costs, dict):
+            raise ConfigError("PolicyRouter needs costs: a dict arm -> cost for every arm of the pool")
+        missing = [a for a in arms if a not in self.costs]
+        if missing:
+            raise ConfigError(f"PolicyRouter: no cost for arm(s) {', '.join(missing)}")
+        return check_costs([self.costs[a] for a in arms], "cost")
+
+    def _rows(self, raw, ltr_scores: np.ndarray, states: np.ndarray | None) -> np.ndarray:
+        feats = np.asarray(self.ltr_.pipeline_.transform(raw), dtype=np.float64)
+        n_rows = len(raw.table)
+        cost = np.asarray([self.costs_[a] for a in raw.table["arm"].astype(str)], dtype=np.float64)
+        values = np.column_stack([feats, ltr_scores.reshape(n_rows, 1), cost.reshape(n_rows, 1)])
+        X = _grid(raw.table, values, [str(q) for q in raw.qids], self.arms_)
+        if self.representation == "lm":
+            if states is None:
+                raise DataError("the lm representation needs the question states (question_states=...)")
+            z = (np.asarray(states, dtype=np.float64) - self.lm_mean_) @ self.lm_components_.T
+            X = np.concatenate([X, np.repeat(z[:, None, :], len(self.arms_), axis=1)], axis=2)
+            X[np.isnan(X[:, :, 0])] = np.nan  # a missing arm stays a NaN row
+        return X
+
+    def _check_pool(self, raw) -> None:
+        got = sorted(map(str, raw.arms))
+        if got != self.arms_:
+            raise DataError(f"the policy was trained on the pool {self.arms_}; these features come from {got}")
+
+    # ---- fit ------------------------------------------------------------------------------------
+    def fit(self, raw: Any = None, labels: pd.DataFrame | None = None, *, groups: pd.Series | None = None,
+            question_states: np.ndarray | None = None) -> PolicyRouter:
+        """Fit the LTR router (cross-fitted scores), the rows and the head on training queries.
+
+        ``labels`` need ``utility`` (the reward) and the LTR label column; ``groups`` maps qid
+        to group for the folds and the calibration split; ``question_states`` (n_queries, h),
+        aligned with ``raw.qids``, is required by ``lm``.
+        """
+        from sklearn.model_selection import GroupKFold
+
+        if self.representation not in REPRESENTATIONS:
+            raise ConfigError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {self.representation!r}")
+        if raw is None or labels is None:
+            raise DataError("PolicyRouter.fit needs raw features and labels")
+        self.arms_ = sorted(map(str, raw.arms))
+        cvec = self._cost_vector(self.arms_)
+        self.costs_ = dict(zip(self.arms_, cvec.tolist(), strict=True))
+        U = utility_frame(labels).reindex(columns=self.arms_)
+        qids = [str(q) for q in raw.qids if str(q) in U.index and not U.loc[str(q)].isna().all()]
+        if not qids:
+            raise DataError("PolicyRouter.fit: no query has both raw features and utility labels")
+        keep_pos = pd.Index([str(q) for q in raw.qids]).get_indexer(qids)
+        raw = raw.subset(qids)
+        qids = [str(q) for q in raw.qids]
+        grp = np.asarray(pd.Series(groups).reindex(qids).fillna(pd.Series(qids, index=qids)) if groups is not None
+                         else qids)
+        lab = labels[labels["qid"].astype(str).isin(set(qids))]
+        # cross-fitted LTR scores of the training queries
+        n_folds = min(int(self.n_folds), len(set(grp)))
+        if n_folds < 2:
+            raise DataError("PolicyRouter.fit needs at least 2 groups of training queries for the cross-fitted ranker")
+        parts = []
+        for tr, te in GroupKFold(n_splits=n_folds).split(qids, groups=grp):
+            q_tr, q_te = [qids[i] for i in tr], [qids[i] for i in te]
+            fold = self._ltr().fit(raw.subset(q_tr), lab[lab["qid"].astype(str).isin(set(q_tr))])
+            parts.append(fold.route_scores(raw.subset(q_te)))
+        oof = pd.concat(parts).set_index(["qid", "arm"])["score"].reindex(
+            pd.MultiIndex.from_frame(raw.table[["qid", "arm"]].astype(str)))
+        self.ltr_ = self._ltr().fit(raw, lab)
+        states = None
+        if self.representation == "lm":
+            if question_states is None:
+                raise DataError("the lm representation needs question_states (ltrr.policy.states.question_states)")
+            S = np.asarray(question_states, dtype=np.float64)[keep_pos]
+            from sklearn.decomposition import PCA
+
+            k = min(int(self.lm_dim), S.shape[0], S.shape[1])
+            pca = PCA(n_components=k, random_state=self.random_state).fit(S)
+            self.lm_mean_, self.lm_components_ = pca.mean_, pca.components_
+            states = S
+        X = self._rows(raw, oof.to_numpy(), states)
+        Um = U.loc[qids].to_numpy(dtype=np.float64)
+        params = {"random_state": self.random_state, **(self.policy_params or {})}
+        C = np.broadcast_to(cvec, Um.shape)
+        self.head_ = BudgetPolicy(budget=self.budget, trainer=self.trainer, **params).fit(X, Um, C, groups=grp)
+        self.n_train_queries_ = len(qids)
+        return self
+
+    # ---- routing ----------------------------------------------------------------------------------
+    def policy_rows(self, raw, question_states: np.ndarray | None = None) -> np.ndarray:
+        """``X`` (n_queries, n_arms, d) of new queries, arms in name order (``arms_``)."""
+        if not hasattr(self, "head_"):
+            raise NotFittedError("PolicyRouter is not fitted; call fit(raw, labels) or PolicyRouter.load(folder)")
+        self._check_pool(raw)
+        scores = self.ltr_.route_scores(raw)["score"].to_numpy(dtype=np.float64)
+        return self._rows(raw, scores, question_states)
+
+    def route_scores(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
+        """The deployed rule's score ``logit - tau * cost / c_max`` of every (query, arm)."""
+        table = _table(raw)
+        X = self.policy_rows(raw, question_states)
+        z = self.head_.decision_logits(X)
+        c = np.asarray([self.costs_[a] for a in self.arms_]) / self.head_.c_max_
+        s = z - self.head_.tau_ * c[None, :]
+        qi = pd.Index([str(q) for q in raw.qids]).get_indexer(table["qid"].astype(str))
+        ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
+        return _frame(table, s[qi, ai])
+
+    def predict_proba(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
+        """The stochastic policy ``pi(a | q)`` as ``DataFrame[qid, arm, prob]``."""
+        table = _table(raw)
+        p = self.head_.predict_proba(self.policy_rows(raw, question_states))
+        qi = pd.Index([str(q) for q in raw.qids]).get_indexer(table["qid"].astype(str))
+        ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
+        return _frame(table, p[qi, ai]).rename(columns={"score": "prob"})
+
+    # ---- persistence --------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """One folder: ``ltr/`` (the LTR router), ``head/`` (the head), ``policy.json`` last."""
+        if not hasattr(self, "head_"):
+            raise NotFittedError("PolicyRouter is not fitted")
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.ltr_.save(path / "ltr")
+        self.head_.save(path / "head")
+        if self.representation == "lm":
+            tmp = path / "lm_pca.safetensors.tmp"
+            # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
+            save_file({"mean": np.ascontiguousarray(self.lm_mean_),
+                       "components": np.ascontiguousarray(self.lm_components_)}, str(tmp))
+            os.replace(tmp, path / "lm_pca.safetensors")
+        meta = {"format": POLICY_FORMAT, "router": "policy", "ltrr_version": __version__,
+                "params": self.get_params(), "arms": self.arms_, "costs": self.costs_,
+                "n_train_queries": self.n_train_queries_}
+        tmp = path / "policy.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path / "policy.json")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> PolicyRouter:
+        from ltrr.routers.ltr import LTRRouter
+
+        path = Path(path)
+        meta_file = path / "policy.json"
+        if not meta_file.is_file():
+            raise NotBuiltError(f"{path}: no policy.json; train a policy with `ltrr policy train CONFIG --budget B`")
+        try:
+            meta = json.loads(meta_file.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{meta_file}: not valid JSON ({exc})") from None
+        if meta.get("router") != "policy" or meta.get("format") != POLICY_FORMAT:
+            raise DataError(f"{path}: not a policy in format {POLICY_FORMAT}")
+        pol = cls(**meta["params"])
+        pol.arms_, pol.costs_ = list(meta["arms"]), {str(k): float(v) for k, v in meta["costs"].items()}
+        pol.n_train_queries_ = int(meta["n_train_queries"])
+        pol.ltr_ = LTRRouter.load(path / "ltr")
+        pol.head_ = BudgetPolicy.load(path / "head")
+        if pol.representation == "lm":
+            from safetensors.numpy import load_file
+
+            arrays = load_file(str(path / "lm_pca.safetensors"))
+            pol.lm_mean_, pol.lm_components_ = arrays["mean"], arrays["components"]
+        return pol
+
+    def check_costs_match(self, costs: dict) -> None:
+        """A policy is trained for one pool and its costs: other arms or costs are an error."""
+        other = {str(k): float(v) for k, v in costs.items()}
+        if sorted(other) != self.arms_ or any(abs(other[a] - self.costs_[a]) > 1e-12 for a in self.arms_):
+            raise DataError(f"the policy was trained on the pool {self.costs_} (arm: cost); this pool is {other}")
+
+    def __repr__(self) -> str:
+        return f"PolicyRouter(budget={self.budget}, representation={self.representation!r}, trainer={self.trainer!r})"

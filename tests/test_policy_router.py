@@ -1,0 +1,79 @@
+"""PolicyRouter: rows from raw features and the LTR router, one folder, pool checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr.features import RawFeatures
+from ltrr.policy.router import PolicyRouter
+from test_routers import make
+
+FAST = {"n_steps": 40}
+LTR = {"ranker": "xgboost-pointwise", "ranker_params": {"n_estimators": 10}}
+
+
+def _costs(arms):
+    return {a: (0.0 if a == "none" else 1.0 + i) for i, a in enumerate(arms)}
+
+
+def _reorder(raw, order):
+    t = raw.table.copy()
+    t["_a"] = t["arm"].map({a: i for i, a in enumerate(order)})
+    t = t.sort_values(["qid", "_a"], kind="stable").drop(columns="_a").reset_index(drop=True)
+    return RawFeatures(table=t, query_embeddings=raw.query_embeddings, qids=raw.qids, arms=list(order),
+                       no_retrieval=raw.no_retrieval, meta=raw.meta)
+
+
+@pytest.mark.parametrize("n_arms", [3, 10])
+def test_policy_router_fits_saves_and_ignores_arm_order(tmp_path, n_arms):
+    raw, labels = make(n_queries=60, n_arms=n_arms)
+    costs = _costs(raw.arms)
+    budget = 0.5 * max(costs.values())
+    pol = PolicyRouter(budget, costs=costs, ltr=LTR, policy_params=FAST, n_folds=3).fit(raw, labels)
+    chosen = pol.choose(raw)
+    assert len(chosen) == 60 and set(chosen) <= set(raw.arms)
+    probs = pol.predict_proba(raw)
+    assert np.allclose(probs.groupby("qid")["prob"].sum(), 1.0)
+    loaded = PolicyRouter.load(pol.save(tmp_path / "pol"))
+    pd.testing.assert_series_equal(loaded.choose(raw), chosen)
+    # the same pool listed in another order: identical decisions, trained or routed
+    order = list(reversed(raw.arms))
+    pd.testing.assert_series_equal(pol.choose(_reorder(raw, order)).sort_index(), chosen.sort_index())
+    other = PolicyRouter(budget, costs=dict(reversed(list(costs.items()))), ltr=LTR, policy_params=FAST,
+                         n_folds=3).fit(_reorder(raw, order), labels)
+    pd.testing.assert_series_equal(other.choose(raw), chosen)
+
+
+def test_policy_router_bad_input(tmp_path):
+    raw, labels = make(n_queries=30, n_arms=3)
+    costs = _costs(raw.arms)
+    with pytest.raises(ConfigError, match="no cost for arm"):
+        PolicyRouter(0.5, costs={"none": 0.0}).fit(raw, labels)
+    with pytest.raises(ConfigError, match="representation must be one of features, lm"):
+        PolicyRouter(0.5, costs=costs, representation="bert").fit(raw, labels)
+    with pytest.raises(ConfigError, match="above the most expensive arm"):
+        PolicyRouter(9.0, costs=costs, ltr=LTR, policy_params=FAST, n_folds=2).fit(raw, labels)
+    with pytest.raises(DataError, match="needs the question states|needs question_states"):
+        PolicyRouter(0.5, costs=costs, representation="lm", ltr=LTR, policy_params=FAST, n_folds=2).fit(raw, labels)
+    pol = PolicyRouter(0.5, costs=costs, ltr=LTR, policy_params=FAST, n_folds=2).fit(raw, labels)
+    small, _ = make(n_queries=10, n_arms=4)
+    with pytest.raises(DataError, match="the policy was trained on the pool"):
+        pol.choose(small)
+    with pytest.raises(DataError, match="the policy was trained on the pool"):
+        pol.check_costs_match({**costs, "none": 0.5})
+    with pytest.raises(NotBuiltError, match="no policy.json"):
+        PolicyRouter.load(tmp_path)
+
+
+def test_policy_router_lm_representation(tmp_path):
+    raw, labels = make(n_queries=40, n_arms=3)
+    states = np.random.default_rng(0).normal(size=(40, 12))
+    pol = PolicyRouter(1.0, costs=_costs(raw.arms), representation="lm", lm_dim=4, ltr=LTR, policy_params=FAST,
+                       n_folds=2).fit(raw, labels, question_states=states)
+    assert pol.head_.n_features_in_ == pol.policy_rows(raw, states).shape[2]
+    loaded = PolicyRouter.load(pol.save(tmp_path / "lm"))
+    pd.testing.assert_frame_equal(loaded.route_scores(raw, question_states=states),
+                                  pol.route_scores(raw, question_states=states))
