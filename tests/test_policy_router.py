@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from test_routers import make
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.features import RawFeatures
 from ltrr.policy.router import PolicyRouter
-from test_routers import make
 
 FAST = {"n_steps": 40}
 LTR = {"ranker": "xgboost-pointwise", "ranker_params": {"n_estimators": 10}}
