@@ -224,11 +224,20 @@ def _print_route_hint(run, model_dir: Path) -> None:
 
 
 def cmd_route(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ltrr.routers.ltr import LTRRouter
 
     if not args.question.strip():
         raise LtrrError("the question is empty")
-    router = LTRRouter.load(args.model_dir)
+    if (Path(args.model_dir) / "policy.json").is_file():  # a budgeted policy folder
+        from ltrr.policy.router import PolicyRouter
+
+        if args.answer:
+            raise LtrrError("--answer routes with an LTR router folder; a policy folder ranks the arms only")
+        router = PolicyRouter.load(args.model_dir)
+    else:
+        router = LTRRouter.load(args.model_dir)
     if args.answer:
         out = router.answer(args.question)
         ranking = out["ranking"]
@@ -365,6 +374,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     paths = run.stage_eval(force=args.force)
     _print_results(run, paths)
     model = run.stage_train(force=args.force)
+    from ltrr.policy.run import stage_policy
+
+    policy = stage_policy(run, force=args.force)
+    if policy is not None:
+        from ltrr.policy.evaluate import budgets_markdown
+
+        _out("\nBudgeted routing policy (trained on the design part, measured on the test part):")
+        _out(budgets_markdown(policy, run.config.policy["trainers"]))
     _print_route_hint(run, model)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
@@ -461,6 +478,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("protocol", help="the pre-registered headline: choose on the design part, test once")
     pr.add_argument("config")
     pr.set_defaults(func=cmd_protocol)
+
+    from ltrr.policy.commands import add_parser as add_policy_parser
+
+    add_policy_parser(sub, _log, _out)
 
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")

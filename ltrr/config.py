@@ -90,6 +90,20 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "routers": ((list,), []),  # more candidates as router specs, e.g. "knn:n_neighbors=50"
         "seeds": ((list,), []),  # more partition seeds: the headline's mean and sd over them
     },
+    # the budgeted routing policy (ltrr.policy); `ltrr run` runs its stage when the config has
+    # a [policy] table (enabled then defaults to true)
+    "policy": {
+        "enabled": ((bool,), None),
+        "budget": ((float,), 0.5),  # as a share of the most expensive arm's cost
+        "fractions": ((list,), [0.25, 0.5, 0.75]),  # budgets (shares of the top cost) of `policy eval`
+        "representation": ((str,), "features"),  # "features" or "lm"
+        "trainers": ((list,), ["grpo", "exact"]),  # the first is the one `ltrr run` saves
+        "cost": ((str,), "config"),  # "config": the arms' cost; "tokens": measured prompt tokens + latency
+        "latency_weight": ((float,), 1000.0),  # tokens per second of retrieval latency (cost = "tokens")
+        "pooling": ((str,), "last"),  # question state of the lm representation: "last" or "mean"
+        "n_folds": ((int,), 5),  # cross-fitted LTR scores of the training queries
+        "params": ((dict,), {}),  # more BudgetPolicy parameters (n_steps, group_size, ...)
+    },
 }
 _MAP_SECTIONS = ("retrievers", "rerankers")
 _OPEN_SECTIONS = ("generation",)  # extra keys are passed on to the backend
@@ -186,6 +200,7 @@ class Config:
     train: dict = field(default_factory=dict)
     eval: dict = field(default_factory=dict)
     protocol: dict = field(default_factory=dict)
+    policy: dict = field(default_factory=dict)
     source: str = ""
 
     @property
@@ -204,7 +219,7 @@ class Config:
         return {
             k: copy.deepcopy(getattr(self, k))
             for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
-                      "features", "train", "eval", "protocol")
+                      "features", "train", "eval", "protocol", "policy")
         }
 
     def fingerprint(self, *sections: str) -> str:
@@ -233,6 +248,8 @@ def validate(data: dict, source: str = "<dict>") -> Config:
         raise ConfigError(f"{source}: unknown config section [{unknown[0]}]; allowed: {', '.join(sorted(known))}")
     try:
         sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
+        if sections["policy"]["enabled"] is None:
+            sections["policy"]["enabled"] = "policy" in data
         for name in _MAP_SECTIONS:
             val = data.get(name, {})
             if not isinstance(val, dict) or not all(isinstance(v, dict) for v in val.values()):

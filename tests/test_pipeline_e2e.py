@@ -284,3 +284,36 @@ def test_label_shards_fill_the_cache_replicate_included(project, capsys, monkeyp
     assert (root / "shards" / "labels" / "replicate.parquet").exists()
     assert main(["label", str(cfg), "--shard", "2/2", "--force"]) == 2
     assert "--shard must be I/N with 0 <= I < N, got 2/2" in capsys.readouterr().err
+
+
+def test_policy_stage_train_and_route(project, capsys, monkeypatch):
+    """[policy] makes `ltrr run` evaluate budgeted policies; `ltrr policy train` saves one that
+    `ltrr route` reads; bad budgets and another pool are one-line errors."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "pol", model, 7)
+    text = cfg.read_text().replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
+                                   'rankers = ["lambdamart-listwise"]')
+    cfg.write_text(text + '\n[policy]\nfractions = [0.25, 0.75]\nn_folds = 3\nparams = {n_steps = 60}\n')
+    assert main(["run", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "Budgeted routing policy" in out and "| grpo |" in out and "| exact |" in out
+    ev = json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text())
+    assert [b["fraction"] for b in ev["budgets"]] == [0.25, 0.75]
+    for b in ev["budgets"]:
+        assert b["oracle"]["utility"] >= b["policy_grpo"]["utility"] - 1e-9
+        # 14 test queries hold the budget only loosely; the demo's figures are in the notes
+        assert 0 <= b["policy_grpo"]["cost"] <= 1.0 and isinstance(b["policy_exact"]["within_budget"], bool)
+    assert (root / "pol" / "policy" / "eval-features" / "cost_utility.png").stat().st_size > 1000
+    assert main(["run", str(cfg)]) == 0
+    assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
+    assert main(["policy", "train", str(cfg), "--budget", "0.4", "--trainer", "exact"]) == 0
+    folder = root / "pol" / "policies" / "features-exact-B0.4"
+    assert (folder / "policy.json").exists() and str(folder) in capsys.readouterr().out
+    assert main(["route", str(folder), "what is the capital of paris"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and lines[0].lstrip().startswith("1 ")
+    assert main(["policy", "train", str(cfg), "--budget", "5"]) == 2
+    assert "above the most expensive arm's cost 1.0" in capsys.readouterr().err
+    assert main(["policy", "train", str(cfg), "--budget", "-1"]) == 2
+    assert "the budget must be >= 0" in capsys.readouterr().err

@@ -15,27 +15,27 @@ as a deterministic cost-aware argmax calibrated to the budget on held-out traini
 Torch is imported only when a policy is trained or loaded.
 """
 
-from ltrr.policy.estimator import TRAINERS, BudgetPolicy
-from ltrr.policy.objective import (
-    binomial_margin,
-    budget_oracle,
-    calibrate_tau,
-    cost_aware_argmax,
-    dual_update,
-    exact_loss,
-    grpo_advantages,
-    grpo_loss,
-)
+import importlib
 
-__all__ = [
-    "BudgetPolicy",
-    "TRAINERS",
-    "binomial_margin",
-    "budget_oracle",
-    "calibrate_tau",
-    "cost_aware_argmax",
-    "dual_update",
-    "exact_loss",
-    "grpo_advantages",
-    "grpo_loss",
-]
+_EXPORTS = {
+    "BudgetPolicy": "ltrr.policy.estimator",
+    "TRAINERS": "ltrr.policy.estimator",
+    "PolicyRouter": "ltrr.policy.router",
+    "binomial_margin": "ltrr.policy.objective",
+    "budget_oracle": "ltrr.policy.objective",
+    "calibrate_tau": "ltrr.policy.objective",
+    "cost_aware_argmax": "ltrr.policy.objective",
+    "dual_update": "ltrr.policy.objective",
+    "exact_loss": "ltrr.policy.objective",
+    "grpo_advantages": "ltrr.policy.objective",
+    "grpo_loss": "ltrr.policy.objective",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    # lazy: `ltrr --help` imports ltrr.policy.commands and must not pay for sklearn or torch
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ltrr.policy' has no attribute {name!r}")

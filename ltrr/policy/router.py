@@ -177,12 +177,29 @@ class PolicyRouter(Router):
             self.lm_mean_, self.lm_components_ = pca.mean_, pca.components_
             states = S
         X = self._rows(raw, oof.to_numpy(), states)
-        Um = U.loc[qids].to_numpy(dtype=np.float64)
-        params = {"random_state": self.random_state, **(self.policy_params or {})}
-        C = np.broadcast_to(cvec, Um.shape)
-        self.head_ = BudgetPolicy(budget=self.budget, trainer=self.trainer, **params).fit(X, Um, C, groups=grp)
+        ltr_col = X.shape[2] - 2 - (self.lm_components_.shape[0] if self.representation == "lm" else 0)
+        self.train_ltr_ = X[:, :, ltr_col].copy()  # the cross-fitted LTR scores, (n, A) in arms_ order
+        self.train_qids_ = qids
+        self._train = (X, U.loc[qids].to_numpy(dtype=np.float64), np.broadcast_to(cvec, (len(qids), len(cvec))), grp)
         self.n_train_queries_ = len(qids)
+        return self._fit_head()
+
+    def _fit_head(self) -> PolicyRouter:
+        X, Um, C, grp = self._train
+        params = {"random_state": self.random_state, **(self.policy_params or {})}
+        self.head_ = BudgetPolicy(budget=self.budget, trainer=self.trainer, **params).fit(X, Um, C, groups=grp)
         return self
+
+    def with_budget(self, budget: float, trainer: str | None = None) -> PolicyRouter:
+        """A new policy for another budget (or trainer) sharing this one's ranker and rows: only
+        the head is trained again."""
+        import copy
+
+        if not hasattr(self, "_train"):
+            raise NotFittedError("with_budget needs a PolicyRouter fitted in this session (fit, not load)")
+        new = copy.copy(self)
+        new.budget, new.trainer = budget, trainer or self.trainer
+        return new._fit_head()
 
     # ---- routing ----------------------------------------------------------------------------------
     def policy_rows(self, raw, question_states: np.ndarray | None = None) -> np.ndarray:
@@ -204,6 +221,16 @@ class PolicyRouter(Router):
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
         return _frame(table, s[qi, ai])
 
+    def ranking(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
+        from ltrr.routers.trainfree import arm_order, rank_scores
+
+        return rank_scores(self.route_scores(raw, question_states=question_states), arm_order(raw))
+
+    def choose(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.Series:
+        r = self.ranking(raw, question_states=question_states)
+        best = r[r["rank"] == 1]
+        return pd.Series(best["arm"].to_numpy(), index=pd.Index(best["qid"].to_numpy(), name="qid"), name="arm")
+
     def predict_proba(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The stochastic policy ``pi(a | q)`` as ``DataFrame[qid, arm, prob]``."""
         table = _table(raw)
@@ -211,6 +238,26 @@ class PolicyRouter(Router):
         qi = pd.Index([str(q) for q in raw.qids]).get_indexer(table["qid"].astype(str))
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
         return _frame(table, p[qi, ai]).rename(columns={"score": "prob"})
+
+    def route(self, question: str) -> pd.DataFrame:
+        """Rank the arms for one question by the deployed rule: DataFrame[arm, score, rank]."""
+        from ltrr.features import extract_raw
+        from ltrr.routers.trainfree import rank_scores
+
+        pool = self.ltr_._pool()
+        q = pd.DataFrame({"qid": ["q0"], "question": [question]})
+        results = pool.search(q)
+        nr = [a.name for a in pool.arms if a.is_no_retrieval]
+        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(), no_retrieval=nr)
+        states = None
+        if self.representation == "lm":
+            from ltrr.policy.states import question_states
+
+            if not self.lm:
+                raise NotBuiltError("this lm policy has no generator config; train it with `ltrr policy train`")
+            states = question_states(self.lm["generator"], [question], pooling=self.lm["pooling"])
+        ranking = rank_scores(self.route_scores(raw, question_states=states), list(raw.arms))
+        return ranking[["arm", "score", "rank"]].reset_index(drop=True)
 
     # ---- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -1,0 +1,224 @@
+"""The policy stage of a run: costs, training one policy per budget, the cost-utility evaluation.
+
+`arm_costs` gives each arm's cost: the config's ``cost``, or with ``[policy] cost = "tokens"``
+the prompt tokens the arm adds over no retrieval (the labels' measured mean) plus its retrieval
+latency, measured here one query at a time and weighted by ``latency_weight`` tokens per second.
+
+`evaluate_policy` trains on the protocol's design part and measures on its test part (the same
+seeded partition as `ltrr protocol`), so the policy is judged on queries no choice saw.
+`train_policy` fits on every labelled query and saves the folder ``ltrr route`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import ConfigError
+from ltrr.data.io import write_text_atomic
+
+__all__ = ["arm_costs", "train_policy", "evaluate_policy", "policy_dir"]
+
+
+def _latency(run, n: int = 10) -> dict[str, float]:
+    """Seconds per query of each arm's search, one query at a time, cached in the workdir."""
+    path = run.workdir / "policy" / "latency.json"
+    key = run.config.fingerprint("retrievers", "rerankers", "arms")
+    if path.exists():
+        doc = json.loads(path.read_text())
+        if doc.get("key") == key:
+            return doc["seconds"]
+    pool = run.pool
+    q = run.dataset.queries.head(n)[["qid", "question"]]
+    out = {}
+    for arm in pool.arm_names:
+        if pool.arm(arm).retriever is None:
+            out[arm] = 0.0
+            continue
+        pool.search(q.head(1), arms=[arm])  # warm the models
+        t0 = time.perf_counter()
+        for i in range(len(q)):
+            pool.search(q.iloc[i:i + 1], arms=[arm])
+        out[arm] = (time.perf_counter() - t0) / len(q)
+    write_text_atomic(path, json.dumps({"key": key, "queries": len(q), "seconds": out}, indent=1) + "\n")
+    return out
+
+
+def arm_costs(run, labels: pd.DataFrame) -> tuple[dict[str, float], dict]:
+    """``arm -> cost`` by ``[policy] cost``, and a record of how it was measured."""
+    pcfg = run.config.policy
+    if pcfg["cost"] == "config":
+        costs = {a.name: float(a.cost) for a in run.pool.arms}
+        return costs, {"cost": "config", "costs": costs}
+    if pcfg["cost"] != "tokens":
+        raise ConfigError(f"[policy] cost must be 'config' or 'tokens', got {pcfg['cost']!r}")
+    if "prompt_tokens" not in labels.columns:
+        raise ConfigError("[policy] cost = 'tokens' needs the labels' prompt_tokens; relabel with this ltrr")
+    tokens = labels.groupby("arm")["prompt_tokens"].mean()
+    nr = run._no_retrieval()[0]
+    added = (tokens - tokens[nr]).clip(lower=0.0)
+    lat = _latency(run)
+    costs = {a: float(added.get(a, 0.0) + pcfg["latency_weight"] * lat[a]) for a in run.pool.arm_names}
+    return costs, {"cost": "tokens", "costs": costs, "added_prompt_tokens": added.to_dict(),
+                   "latency_seconds": lat, "latency_weight": pcfg["latency_weight"]}
+
+
+def _states(run, raw, pcfg):
+    if pcfg["representation"] != "lm":
+        return None, None
+    from ltrr.generation import make_generator
+    from ltrr.pipeline import _PIPELINE_GEN_KEYS
+    from ltrr.policy.states import question_states
+
+    gcfg = {k: v for k, v in run.config.generation.items() if k not in _PIPELINE_GEN_KEYS}
+    q = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
+    t0 = time.perf_counter()
+    states = question_states(make_generator(gcfg), [q[str(i)] for i in raw.qids], pooling=pcfg["pooling"],
+                             cache_dir=run.workdir / "policy")
+    return states, {"generator": gcfg, "pooling": pcfg["pooling"], "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None):
+    from ltrr.policy.router import PolicyRouter
+
+    pcfg = run.config.policy
+    ltr = run._router("ltrr", run.config.train["ranker"]).get_params()
+    return PolicyRouter(budget, costs=costs, representation=pcfg["representation"], trainer=trainer,
+                        ltr=ltr, policy_params=pcfg["params"], n_folds=pcfg["n_folds"],
+                        lm=lm, random_state=run.config.seed)
+
+
+def policy_dir(run, budget: float, representation: str, trainer: str) -> Path:
+    return run.workdir / "policies" / f"{representation}-{trainer}-B{budget:g}"
+
+
+def train_policy(run, budget: float | None = None, *, representation: str | None = None,
+                 trainer: str | None = None) -> Path:
+    """Fit one policy (budget in cost units; default ``[policy] budget`` x the top cost) on every
+    labelled query and save it; returns its folder."""
+    pcfg = dict(run.config.policy)
+    if representation:
+        pcfg["representation"] = representation
+    run.config.policy = pcfg
+    trainer = trainer or pcfg["trainers"][0]
+    labels, raw = run._inputs_for_training("policy")
+    costs, record = arm_costs(run, labels)
+    if budget is None:
+        budget = pcfg["budget"] * max(costs.values())
+    groups = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["group"] \
+        if "group" in run.dataset.queries else None
+    states, lm = _states(run, raw, pcfg)
+    t0 = time.perf_counter()
+    pol = _router(run, budget, costs, trainer, lm).fit(raw, labels, groups=groups, question_states=states)
+    seconds = time.perf_counter() - t0
+    out = pol.save(policy_dir(run, budget, pcfg["representation"], trainer))
+    write_text_atomic(out / "training.json", json.dumps({"seconds": round(seconds, 2), "costs": record,
+                                                         "queries": pol.n_train_queries_, "lm": lm}, indent=1) + "\n")
+    run.log(f"[policy] trained {pcfg['representation']}/{trainer} at budget {budget:g} on "
+            f"{pol.n_train_queries_} queries in {seconds:.1f}s -> {out}")
+    return out
+
+
+def evaluate_policy(run, *, representation: str | None = None, fractions=None, trainers=None) -> dict:
+    """Train on the design part, measure on the test part: the per-budget table, curve and plots."""
+    from ltrr.eval.protocol import design_test_partition
+    from ltrr.policy.evaluate import budgets_markdown, evaluate_budgets, frame, plot_curves
+    from ltrr.routers.reference import utility_frame
+
+    pcfg = dict(run.config.policy)
+    if representation:
+        pcfg["representation"] = representation
+    run.config.policy = pcfg
+    fractions = list(fractions or pcfg["fractions"])
+    trainers = list(trainers or pcfg["trainers"])
+    labels, raw = run._inputs_for_training("policy")
+    costs, record = arm_costs(run, labels)
+    queries = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
+    part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
+                                 random_state=run.config.seed)
+    train_q, test_q = list(part.train), list(part.test)
+    groups = queries.set_index(queries["qid"].astype(str))["group"] if "group" in queries else None
+    states, lm = _states(run, raw, pcfg)
+    pos = {q: i for i, q in enumerate(map(str, raw.qids))}
+    st_tr = states[[pos[q] for q in raw.subset(train_q).qids]] if states is not None else None
+    st_te = states[[pos[q] for q in raw.subset(test_q).qids]] if states is not None else None
+    raw_tr, raw_te = raw.subset(train_q), raw.subset(test_q)
+    lab_tr = labels[labels["qid"].astype(str).isin(set(train_q))]
+    arms = sorted(map(str, raw.arms))
+    U = utility_frame(labels).reindex(columns=arms)
+    test_ids = [str(q) for q in raw_te.qids]
+    histories, fitted = {}, {}
+
+    def make_policy(budget, trainer):
+        t0 = time.perf_counter()
+        if "base" not in fitted:
+            fitted["base"] = _router(run, budget, costs, trainer, lm).fit(
+                raw_tr, lab_tr, groups=groups, question_states=st_tr)
+            pol = fitted["base"]
+        else:
+            pol = fitted["base"].with_budget(budget, trainer)
+        seconds = time.perf_counter() - t0
+        histories[(budget, trainer)] = pol.head_.history_
+        fitted.setdefault("first_fit_seconds", seconds)
+        chosen = pol.choose(raw_te, question_states=st_te) if st_te is not None else pol.choose(raw_te)
+        return np.array([arms.index(chosen[q]) for q in test_ids]), seconds
+
+    base_ltr = None
+
+    def ltr_scores():
+        nonlocal base_ltr
+        pol = fitted["base"]
+        s = pol.ltr_.route_scores(raw_te).pivot(index="qid", columns="arm", values="score")
+        base_ltr = (pol.train_ltr_, s.loc[test_ids, arms].to_numpy(float))
+        return base_ltr
+
+    # the first policy fit also fits the ranker whose cross-fitted scores the baselines use
+    make_policy(fractions[0] * max(costs.values()), trainers[0])
+    ltr_train, ltr_test = ltr_scores()
+    train_ids = [str(q) for q in fitted["base"].train_qids_]
+    doc = evaluate_budgets(make_policy, U.loc[train_ids].to_numpy(float), U.loc[test_ids].to_numpy(float),
+                           np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run._no_retrieval()[0],
+                           fractions, trainers)
+    doc.update(costs_record=record, representation=pcfg["representation"], seed=run.config.seed,
+               first_fit_seconds=fitted["first_fit_seconds"], lm=lm)
+    out = run.workdir / "policy" / f"eval-{pcfg['representation']}"
+    out.mkdir(parents=True, exist_ok=True)
+    mid = fractions[len(fractions) // 2] * max(costs.values())
+    hist = histories.get((mid, trainers[0]))
+    doc["plots"] = [str(p) for p in plot_curves(doc, hist, out, trainers)]
+    doc["history_mid_budget"] = hist
+    write_text_atomic(out / "eval.json", json.dumps(doc, indent=1, default=float) + "\n")
+    write_text_atomic(out / "budgets.md", budgets_markdown(doc, trainers))
+    write_text_atomic(out / "budgets.csv", frame(doc).to_csv(index=False))
+    return doc
+
+
+def stage_policy(run, *, force: bool = False) -> dict | None:
+    """`ltrr run`'s policy stage (when ``[policy]`` is enabled): the evaluation over budgets, then
+    the policy at ``[policy] budget`` trained on every labelled query. Skipped when unchanged."""
+    import hashlib
+
+    pcfg = run.config.policy
+    if not pcfg["enabled"]:
+        return None
+    fp = hashlib.sha256(json.dumps({"policy": pcfg, "train": run.config.train, "protocol": run.config.protocol,
+                                    "label": run._fingerprint_of("label"), "features": run._fingerprint_of("features"),
+                                    "seed": run.config.seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    out = run.workdir / "policy" / f"eval-{pcfg['representation']}" / "eval.json"
+    if not force and run._fresh("policy", fp, [out]):
+        run.log(f"[policy] skipped: inputs unchanged, evaluation in {out.parent}")
+        return json.loads(out.read_text())
+    t0 = time.perf_counter()
+    run.log(f"[policy] start: {pcfg['representation']} policies ({', '.join(pcfg['trainers'])}) at budgets "
+            f"{', '.join(f'{f:.0%}' for f in pcfg['fractions'])} of the top cost; train on the design part, "
+            "measure on the test part")
+    doc = evaluate_policy(run)
+    folder = train_policy(run)
+    doc["saved_policy"] = str(folder)
+    run._record("policy", fp, time.perf_counter() - t0, policy=str(folder))
+    run.log(f"[policy] done in {time.perf_counter() - t0:.1f}s -> {out.parent}")
+    return doc

@@ -1,0 +1,58 @@
+"""The lm representation's question states: a manual forward pass, batching, the cache, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ltrr._errors import ConfigError
+from ltrr.policy.states import question_states
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from _tiny_llm import save_tiny_llm
+
+    folder = tmp_path_factory.mktemp("tiny-states")
+    save_tiny_llm(folder, seed=0)
+    return folder
+
+
+def test_states_match_a_manual_forward_pass_and_are_cached(tiny, tmp_path):
+    import torch
+
+    from ltrr.generation.transformers_backend import TransformersGenerator
+
+    gen = TransformersGenerator(tiny)
+    qs = ["the capital of australia is", "what is the nile", "paris"]
+    last = question_states(gen, qs, pooling="last", batch_size=2, cache_dir=tmp_path)
+    mean = question_states(gen, qs, pooling="mean", batch_size=3)
+    for i, q in enumerate(qs):  # one question at a time, no padding
+        enc = gen.tokenizer(q, return_tensors="pt")
+        with torch.no_grad():
+            h = gen.hf_model(**enc, output_hidden_states=True).hidden_states[-1][0].float().numpy()
+        np.testing.assert_allclose(last[i], h[-1], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(mean[i], h.mean(axis=0), rtol=1e-4, atol=1e-5)
+    files = list(tmp_path.glob("states-*-last.safetensors"))
+    assert len(files) == 1
+    # from the cache, in another order and with a repeat; a new question is computed
+    again = question_states(gen, [qs[2], qs[0], qs[2], "everest"], cache_dir=tmp_path)
+    np.testing.assert_array_equal(again[:3], last[[2, 0, 2]])
+    assert again.shape == (4, last.shape[1])
+
+
+def test_states_bad_input(tiny):
+    from ltrr.generation.base import Generator
+
+    with pytest.raises(ConfigError, match="pooling must be one of last, mean"):
+        question_states({"backend": "transformers", "model": str(tiny)}, ["x"], pooling="cls")
+
+    class Remote(Generator):
+        backend = "remote"
+        identity = "remote-1"
+
+        def generate(self, prompts, params=None):
+            return []
+
+    with pytest.raises(ConfigError, match="does not expose; use the transformers backend"):
+        question_states(Remote(), ["x"])
