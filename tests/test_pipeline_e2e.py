@@ -317,3 +317,13 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert "above the most expensive arm's cost 1.0" in capsys.readouterr().err
     assert main(["policy", "train", str(cfg), "--budget", "-1"]) == 2
     assert "the budget must be >= 0" in capsys.readouterr().err
+    # token costs: the prompt tokens an arm adds over no retrieval, plus its measured latency
+    cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\ncost = "tokens"\nlatency_weight = 0.0\n'))
+    assert main(["policy", "eval", str(cfg)]) == 0
+    ev = json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text())
+    rec = ev["costs_record"]
+    assert rec["cost"] == "tokens" and rec["costs"]["none"] == 0.0 and rec["costs"]["bm25"] > rec["costs"]["bm25-top1"] > 0
+    assert set(rec["latency_seconds"]) == {"bm25", "bm25-top1", "none"}
+    cfg.write_text(cfg.read_text().replace('cost = "tokens"', 'cost = "euros"'))
+    assert main(["policy", "eval", str(cfg)]) == 2
+    assert "[policy] cost must be 'config' or 'tokens', got 'euros'" in capsys.readouterr().err

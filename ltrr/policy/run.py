@@ -32,7 +32,7 @@ def _latency(run, n: int = 10) -> dict[str, float]:
         doc = json.loads(path.read_text())
         if doc.get("key") == key:
             return doc["seconds"]
-    pool = run.pool
+    pool = run.pool.load(run.index_dir)
     q = run.dataset.queries.head(n)[["qid", "question"]]
     out = {}
     for arm in pool.arm_names:
