@@ -255,6 +255,22 @@ def cmd_route(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ltrr.serve import ServeSettings, serve
+
+    generator, template = None, "short_answer"
+    if args.config:  # the run's generator, behind its generation cache
+        from ltrr.config import load_config
+        from ltrr.pipeline import Run
+
+        run = Run(load_config(args.config), log=_log)
+        generator, template = run.make_generator(), run.config.generation["template"]
+    _log(f"[serve] loading {args.model_dir}; listening on http://{args.host}:{args.port}/v1")
+    serve(args.model_dir, host=args.host, port=args.port, generator=generator, template=template,
+          settings=ServeSettings(max_queue=args.max_queue, timeout_s=args.timeout))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -478,6 +494,15 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("protocol", help="the pre-registered headline: choose on the design part, test once")
     pr.add_argument("config")
     pr.set_defaults(func=cmd_protocol)
+
+    sv = sub.add_parser("serve", help="serve a trained router over an OpenAI-compatible HTTP API")
+    sv.add_argument("model_dir", help="a trained LTR router folder (ltrr train); its run's policies are served too")
+    sv.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--config", help="take the generator and template from this config (default: the packaged generator)")
+    sv.add_argument("--max-queue", type=int, default=16, help="requests waiting for the generation worker")
+    sv.add_argument("--timeout", type=float, default=120.0, help="longest wait of a request, in seconds")
+    sv.set_defaults(func=cmd_serve)
 
     from ltrr.policy.commands import add_parser as add_policy_parser
 

@@ -1,0 +1,247 @@
+"""The OpenAI-compatible HTTP API over a `RoutedRAG` (FastAPI; served by uvicorn).
+
+Endpoints: ``POST /v1/chat/completions`` (``stream`` as server-sent events ending in ``[DONE]``),
+``GET /v1/models``, ``POST /v1/route`` (ranked arms and passages, no generation), ``GET /health``.
+
+Concurrency: routing and retrieval run in the thread pool, so requests overlap there. Generation
+is serial (one CPU-bound model): requests queue for a single generation worker; the queue is
+bounded (a full queue answers 429) and a request waits at most ``timeout_s`` (then 503).
+
+Safety: ``LTRR_API_KEY`` set means every ``/v1`` request needs ``Authorization: Bearer <key>``,
+compared in constant time; the body size and each message's length are limited; every error is
+OpenAI's shape ``{"error": {"message", "type", "param", "code"}}`` and never carries a traceback.
+"""
+
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("ltrr.serve")
+
+__all__ = ["ServeSettings", "create_app"]
+
+
+@dataclass
+class ServeSettings:
+    """Limits of the server."""
+
+    max_queue: int = 16  # requests waiting for the generation worker
+    timeout_s: float = 120.0  # longest wait of a request for its answer
+    max_body_bytes: int = 64_000
+    max_message_chars: int = 8_000
+    api_key: str | None = None  # default: the LTRR_API_KEY environment variable; "" for none
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+           param: str | None = None):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind,
+                                                               "param": param, "code": code}})
+
+
+class _Reject(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+
+
+def _question(body: Any, settings: "ServeSettings") -> str:
+    """The last user message of a chat request (validated)."""
+    if not isinstance(body, dict):
+        raise _Reject(400, "the request body must be a JSON object")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise _Reject(400, "messages must be a non-empty list of {role, content}", param="messages")
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("content", ""), str) or "role" not in m:
+            raise _Reject(400, "each message must be an object with a role and a string content", param="messages")
+        if len(m.get("content") or "") > settings.max_message_chars:
+            raise _Reject(400, f"a message is longer than {settings.max_message_chars} characters", param="messages")
+    users = [m["content"] for m in msgs if m.get("role") == "user" and (m.get("content") or "").strip()]
+    if not users:
+        raise _Reject(400, "messages has no non-empty user message", param="messages")
+    return users[-1]
+
+
+def create_app(service, settings: "ServeSettings | None" = None):
+    """The FastAPI app over ``service`` (a `ltrr.serve.RoutedRAG` or anything with its methods)."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.concurrency import run_in_threadpool
+
+    settings = settings or ServeSettings()
+    # "" (or unset LTRR_API_KEY) means no authentication
+    api_key = (settings.api_key if settings.api_key is not None else os.environ.get("LTRR_API_KEY")) or None
+    state: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        state["queue"] = asyncio.Queue(maxsize=settings.max_queue)
+        state["worker"] = asyncio.create_task(worker())
+        yield
+        state["worker"].cancel()
+
+    app = FastAPI(title="ltrr", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+
+    async def worker():
+        while True:
+            job, fut = await state["queue"].get()
+            try:
+                if not fut.cancelled():
+                    fut.set_result(await run_in_threadpool(job))
+            except Exception as exc:  # handed to the waiting request, which answers 500 without a traceback
+                if not fut.cancelled():
+                    fut.set_exception(exc)
+            finally:
+                state["queue"].task_done()
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        try:
+            if request.url.path.startswith("/v1"):
+                if api_key is not None:
+                    got = request.headers.get("authorization", "")
+                    token = got[7:] if got.lower().startswith("bearer ") else ""
+                    if not hmac.compare_digest(token.encode(), api_key.encode()):
+                        return _error(401, "invalid API key", "authentication_error", "invalid_api_key")
+                size = request.headers.get("content-length")
+                if size is not None and (not size.isdigit() or int(size) > settings.max_body_bytes):
+                    return _error(413, f"the request body is over {settings.max_body_bytes} bytes")
+            return await call_next(request)
+        except Exception:  # never a traceback in a response
+            logger.exception("request failed")
+            return _error(500, "internal error", "server_error")
+
+    async def _body(request: Request) -> Any:
+        raw = await request.body()
+        if len(raw) > settings.max_body_bytes:
+            raise _Reject(413, f"the request body is over {settings.max_body_bytes} bytes")
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _Reject(400, f"the request body is not valid JSON ({exc.__class__.__name__})") from None
+
+    async def _route(body: Any, question: str) -> dict:
+        from ltrr._errors import LtrrError
+
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            raise _Reject(400, "model must be a string: a router (see GET /v1/models)", param="model")
+        try:
+            service.check_model(model)
+        except LtrrError as exc:
+            raise _Reject(400, str(exc), code="model_not_found", param="model") from None
+        return await run_in_threadpool(service.route, model, question)
+
+    async def _generate(routed: dict, question: str) -> tuple[dict, float]:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        t0 = time.perf_counter()
+        started: dict[str, float] = {}
+
+        def job():
+            started["t"] = time.perf_counter()
+            return service.answer(routed, question)
+
+        try:
+            state["queue"].put_nowait((job, fut))
+        except asyncio.QueueFull:
+            raise _Reject(429, "the generation queue is full; retry later", "rate_limit_error") from None
+        try:
+            out = await asyncio.wait_for(asyncio.shield(fut), timeout=settings.timeout_s)
+        except asyncio.TimeoutError:
+            fut.cancel()
+            raise _Reject(503, f"no answer within {settings.timeout_s:g}s; the server is busy", "server_error") from None
+        return out, started.get("t", t0) - t0
+
+    @app.exception_handler(_Reject)
+    async def _rejected(request, exc: _Reject):
+        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "queue": state["queue"].qsize() if "queue" in state else 0}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": m["id"], "object": "model", "owned_by": "ltrr",
+                                            "created": 0, "ltrr": m} for m in service.models()]}
+
+    @app.post("/v1/route")
+    async def route(request: Request):
+        body = await _body(request)
+        if isinstance(body, dict) and isinstance(body.get("question"), str) and "messages" not in body:
+            if not body["question"].strip():
+                raise _Reject(400, "question is empty", param="question")
+            if len(body["question"]) > settings.max_message_chars:
+                raise _Reject(400, f"question is longer than {settings.max_message_chars} characters", param="question")
+            question = body["question"]
+        else:
+            question = _question(body, settings)
+        return await _route(body, question)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await _body(request)
+        question = _question(body, settings)
+        t0 = time.perf_counter()
+        routed = await _route(body, question)
+        try:
+            out, waited = await _generate(routed, question)
+        except _Reject:
+            raise
+        except Exception:
+            logger.exception("generation failed")
+            raise _Reject(500, "generation failed", "server_error") from None
+        cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        extra = {**routed, "queue_wait_s": round(waited, 4), "seconds": round(time.perf_counter() - t0, 4)}
+        if not body.get("stream"):
+            return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": routed["model"],
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"]},
+                                              "finish_reason": "stop"}],
+                                 "usage": out["usage"], "ltrr": extra})
+
+        def chunk(delta: dict, finish: str | None = None, **more) -> str:
+            doc = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": routed["model"],
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **more}
+            return f"data: {json.dumps(doc)}\n\n"
+
+        async def events():
+            # the backends answer whole (no token stream on CPU), so the answer is sent in word pieces
+            yield chunk({"role": "assistant", "content": ""})
+            words = out["text"].split(" ")
+            for i, w in enumerate(words):
+                yield chunk({"content": w if i == 0 else " " + w})
+            yield chunk({}, "stop", usage=out["usage"], ltrr=extra)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request, exc):
+        return _error(exc.status_code, str(exc.detail), "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc):
+        return _error(400, "invalid request", "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def _any(request, exc):
+        logger.exception("request failed")
+        return _error(500, "internal error", "server_error")
+
+    return app

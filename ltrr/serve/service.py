@@ -1,0 +1,131 @@
+"""RoutedRAG: the routed RAG system behind the server, loaded once.
+
+One pool (its indexes and encoders), the routers by model name and one generator:
+
+- ``ltrr``: the trained LTR router of the model folder;
+- a budgeted policy's folder name (``features-grpo-B1.1``): each policy found in the run's
+  ``policies/`` folder, or given explicitly;
+- an arm's name: that arm, forced.
+
+`route` searches the pool once and ranks the arms with the chosen router; `answer` then answers
+from the top arm's passages (closed-book for no retrieval). Routing and retrieval are safe to
+call from several threads; generation is serialised by the server (`ltrr.serve.app`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import DataError, NotBuiltError
+
+__all__ = ["RoutedRAG"]
+
+
+class RoutedRAG:
+    """Routers by name over one pool, and one generator.
+
+    Parameters
+    ----------
+    model_dir : path
+        A trained LTR router folder (``ltrr train``: ``router.json``).
+    policies : list of path, optional
+        Budgeted policy folders; default: every folder under ``<workdir>/policies/`` when
+        ``model_dir`` is ``<workdir>/models/<ranker>``.
+    generator : Generator or dict, optional
+        The answering model, or its config (default: the packaged generator).
+    template : str
+        Prompt template of the answers.
+    """
+
+    def __init__(self, model_dir: str | Path, *, policies: list | None = None, generator: Any = None,
+                 template: str = "short_answer"):
+        from ltrr.generation import load_template, make_generator
+        from ltrr.routers.ltr import LTRRouter
+
+        model_dir = Path(model_dir)
+        if not model_dir.is_dir():
+            raise NotBuiltError(f"{model_dir}: no such model folder; train one with `ltrr train CONFIG`")
+        self.ltr = LTRRouter.load(model_dir)  # a folder from another version is a DataError here
+        self.pool = self.ltr._pool()
+        self.arms = list(self.pool.arm_names)
+        self.costs = {a.name: float(a.cost) for a in self.pool.arms}
+        self.no_retrieval = [a.name for a in self.pool.arms if a.is_no_retrieval]
+        self.policies: dict[str, Any] = {}
+        if policies is None:
+            found = model_dir.resolve().parent.parent / "policies"
+            policies = sorted(p for p in found.glob("*") if (p / "policy.json").is_file()) if found.is_dir() else []
+        from ltrr.policy.router import PolicyRouter
+
+        for folder in policies:
+            pol = PolicyRouter.load(folder)
+            if pol.representation == "lm":
+                continue  # needs the question states of its generator: served by `ltrr route`
+            if sorted(self.arms) != pol.arms_:
+                raise DataError(f"policy {folder}: trained on the pool {pol.arms_}, not this router's {sorted(self.arms)}")
+            self.policies[Path(folder).name] = pol
+        self.generator = generator if generator is not None and not isinstance(generator, dict) \
+            else make_generator(generator or {})
+        self.template = load_template(template)
+
+    # ---- models -----------------------------------------------------------------------------
+    def models(self) -> list[dict]:
+        """The model names a request may give, with what each is."""
+        out = [{"id": "ltrr", "kind": "router", "detail": f"LTR router ({self.ltr.ranker})"}]
+        out += [{"id": name, "kind": "policy", "detail": f"budgeted policy, budget {pol.budget:g}"}
+                for name, pol in self.policies.items()]
+        out += [{"id": a, "kind": "arm", "detail": f"always arm {a!r} (cost {self.costs[a]:g})"} for a in self.arms]
+        return out
+
+    def check_model(self, model: str) -> str:
+        known = [m["id"] for m in self.models()]
+        if model not in known:
+            raise DataError(f"unknown model {model!r}; known models: {', '.join(known)}")
+        return model
+
+    # ---- routing ----------------------------------------------------------------------------
+    def route(self, model: str, question: str) -> dict:
+        """Search every arm once, rank the arms with ``model``: arm, ranking, cost and passages."""
+        from ltrr.features import extract_query, extract_raw
+
+        self.check_model(model)
+        q = pd.DataFrame({"qid": ["q0"], "question": [question]})
+        results = self.pool.search(q)
+        if model == "ltrr":
+            qraw = extract_query(question, results, arms=self.arms, no_retrieval=self.no_retrieval,
+                                 embedding_source=self.pool.embedding_source())
+            ranked = self.ltr.route_query(qraw)
+        elif model in self.policies:
+            raw = extract_raw(q, results, arms=self.arms, embedding_source=self.pool.embedding_source(),
+                              no_retrieval=self.no_retrieval)
+            r = self.policies[model].ranking(raw)
+            ranked = list(zip(r["arm"].astype(str), r["score"].astype(float), strict=True))
+        else:
+            ranked = [(model, float("nan"))]
+        arm = ranked[0][0]
+        res = results[results["arm"] == arm].sort_values("rank")
+        passages = [{"docid": str(d), "text": str(t)} for d, t in zip(res["docid"], res["text"], strict=True)]
+        return {"model": model, "arm": arm, "cost": self.costs[arm],
+                "ranking": [{"arm": a, "score": None if not np.isfinite(s) else float(s), "rank": i + 1}
+                            for i, (a, s) in enumerate(ranked)],
+                "passages": passages}
+
+    def answer(self, routed: dict, question: str) -> dict:
+        """Answer ``question`` from the routed arm's passages; usage in tokens."""
+        from ltrr.generation import answer_with_fallback
+
+        texts = [p["text"] for p in routed["passages"]]
+        out = answer_with_fallback(self.generator, self.template, question, texts or None)
+        if out.error:
+            raise RuntimeError(f"generation failed: {out.error}")
+        prompt = sum(g.prompt_tokens for g in out.generations)
+        completion = sum(g.completion_tokens for g in out.generations)
+        return {"text": out.answer or "", "usage": {"prompt_tokens": int(prompt), "completion_tokens": int(completion),
+                                                    "total_tokens": int(prompt + completion)}}
+
+    def describe(self) -> str:
+        return json.dumps({"models": [m["id"] for m in self.models()], "generator": getattr(self.generator, "identity", "?")})

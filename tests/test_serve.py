@@ -1,0 +1,199 @@
+"""`ltrr serve`: the official openai client against a live server on 127.0.0.1, and its limits."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from ltrr.cli import main
+
+pytestmark = pytest.mark.slow
+openai = pytest.importorskip("openai", reason="the dev extra installs the openai client")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Live:
+    """uvicorn serving ``app`` in a thread on a free port of 127.0.0.1."""
+
+    def __init__(self, app):
+        import uvicorn
+
+        self.port = _free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("the test server did not start")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A small run (bm25 arms and no retrieval) with its trained LTR router."""
+    import os
+
+    from test_pipeline_e2e import _config, _register_reader
+
+    root = tmp_path_factory.mktemp("serve")
+    _register_reader()
+    old = os.environ.get("LTRR_DATA_DIR")
+    os.environ["LTRR_DATA_DIR"] = str(root / "data")
+    cwd = os.getcwd()
+    os.chdir(root)
+    cfg = _config(root, "srv", root / "unused", 7)
+    cfg.write_text(cfg.read_text().replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
+                                           'rankers = ["lambdamart-listwise"]'))
+    assert main(["run", str(cfg)]) == 0
+    yield root, cfg, root / "srv" / "models" / "lambdamart-listwise"
+    os.chdir(cwd)
+    if old is None:
+        os.environ.pop("LTRR_DATA_DIR", None)
+    else:
+        os.environ["LTRR_DATA_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def server(trained):
+    from ltrr.generation import generators
+    from ltrr.serve import RoutedRAG, ServeSettings, create_app
+
+    root, cfg, model = trained
+    service = RoutedRAG(model, generator=generators.get("test-last-doc")())
+    with Live(create_app(service, ServeSettings(api_key="", max_body_bytes=4000, max_message_chars=500))) as live:
+        yield live, service, model
+
+
+def _client(live, key="unused"):
+    return openai.OpenAI(base_url=live.url + "/v1", api_key=key, max_retries=0)
+
+
+def test_chat_stream_models_and_route(server, capsys):
+    live, service, model = server
+    client = _client(live)
+    q = "what is the capital of paris 3"
+    resp = client.chat.completions.create(model="ltrr", messages=[{"role": "user", "content": q}])
+    text = resp.choices[0].message.content
+    assert text and resp.usage.prompt_tokens > 0 and resp.usage.total_tokens >= resp.usage.prompt_tokens
+    extra = resp.model_extra["ltrr"]
+    assert extra["arm"] in service.arms and extra["ranking"][0]["arm"] == extra["arm"]
+    assert extra["cost"] == service.costs[extra["arm"]] and "queue_wait_s" in extra
+    assert all("text" in p for p in extra["passages"])
+    # streaming: the same answer in chunks, ended by [DONE] (the client stops there)
+    pieces = [c.choices[0].delta.content or "" for c in
+              client.chat.completions.create(model="ltrr", messages=[{"role": "user", "content": q}], stream=True)]
+    assert "".join(pieces) == text
+    ids = [m.id for m in client.models.list().data]
+    assert ids[0] == "ltrr" and set(service.arms) <= set(ids)
+    # a forced arm
+    forced = client.chat.completions.create(model="none", messages=[{"role": "user", "content": q}])
+    assert forced.model_extra["ltrr"]["arm"] == "none" and forced.model_extra["ltrr"]["passages"] == []
+    # /v1/route answers what `ltrr route` prints for the same model and question
+    r = httpx.post(live.url + "/v1/route", json={"model": "ltrr", "question": q}).json()
+    assert main(["route", str(model), q]) == 0
+    printed = [ln.split() for ln in capsys.readouterr().out.strip().splitlines()]
+    assert [(int(a), b, f"{float(c):+.4f}") for a, b, c in printed] == \
+        [(x["rank"], x["arm"], f"{x['score']:+.4f}") for x in r["ranking"]]
+
+
+def test_bad_requests_get_openai_errors(server):
+    live, _, _ = server
+    client = _client(live)
+    with pytest.raises(openai.BadRequestError, match="unknown model 'gpt-4'"):
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="messages must be a non-empty list"):
+        client.chat.completions.create(model="ltrr", messages=[])
+    bad = httpx.post(live.url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    big = httpx.post(live.url + "/v1/chat/completions", json={"model": "ltrr", "messages": [
+        {"role": "user", "content": "x" * 5000}]})
+    assert big.status_code == 413 and big.json()["error"]["type"] == "invalid_request_error"
+    long = httpx.post(live.url + "/v1/route", json={"model": "ltrr", "question": "y" * 600})
+    assert long.status_code == 400 and "longer than 500 characters" in long.json()["error"]["message"]
+    for r in (bad, big, long):
+        assert "Traceback" not in r.text
+    assert httpx.get(live.url + "/health").json()["status"] == "ok"
+
+
+class SlowService:
+    """A stand-in service whose answers wait for a signal: the queue can be filled."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def models(self):
+        return [{"id": "ltrr", "kind": "router", "detail": ""}]
+
+    def check_model(self, model):
+        from ltrr._errors import DataError
+
+        if model != "ltrr":
+            raise DataError(f"unknown model {model!r}")
+
+    def route(self, model, question):
+        return {"model": model, "arm": "none", "cost": 0.0, "ranking": [], "passages": []}
+
+    def answer(self, routed, question):
+        self.release.wait(10)
+        return {"text": "ok", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def test_wrong_key_full_queue_and_timeout():
+    from ltrr.serve import ServeSettings, create_app
+
+    svc = SlowService()
+    settings = ServeSettings(api_key="s3cret", max_queue=1, timeout_s=1.0)
+    with Live(create_app(svc, settings)) as live:
+        with pytest.raises(openai.AuthenticationError, match="invalid API key"):
+            _client(live, "wrong").models.list()
+        assert _client(live, "s3cret").models.list().data[0].id == "ltrr"
+        body = {"model": "ltrr", "messages": [{"role": "user", "content": "q"}]}
+        head = {"Authorization": "Bearer s3cret"}
+        out = {}
+
+        def post(i):
+            out[i] = httpx.post(live.url + "/v1/chat/completions", json=body, headers=head, timeout=20)
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(3)]
+        for t in threads:  # one is generating, one waits in the queue, the third finds it full
+            t.start()
+            time.sleep(0.3)
+        for t in threads:
+            t.join()
+        codes = sorted(r.status_code for r in out.values())
+        assert codes == [429, 503, 503], codes  # nobody is released within the 1 s timeout
+        assert any(r.json()["error"]["type"] == "rate_limit_error" for r in out.values())
+        svc.release.set()
+        time.sleep(0.5)
+        ok = httpx.post(live.url + "/v1/chat/completions", json=body, headers=head, timeout=20)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "ok"
+
+
+def test_serve_bad_model_folder(tmp_path, capsys):
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+    assert "no such model folder" in capsys.readouterr().err
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "router.json").write_text(json.dumps({"format": 0, "ltrr_version": "0.0.1"}))
+    assert main(["serve", str(tmp_path / "old")]) == 2
+    assert "router saved in format 0" in capsys.readouterr().err
