@@ -175,8 +175,11 @@ def cmd_label(args: argparse.Namespace) -> int:
         except ValueError:
             raise LtrrError(f"--shard must look like I/N (e.g. 0/2), got {args.shard!r}") from None
         shard = (i, n)
+    if args.scheduler and shard:
+        raise LtrrError("give --shard or --scheduler, not both")
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
-                    tolerate_failures=True if args.tolerate_failures else None, shard=shard)
+                    tolerate_failures=True if args.tolerate_failures else None, shard=shard,
+                    scheduler=args.scheduler)
     return 0
 
 
@@ -452,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed")
     lb.add_argument("--max-queries", type=int, help="label a seeded, type-stratified sample of N queries")
     lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")
+    lb.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: generate on Dask workers (the dist extra)")
     lb.set_defaults(func=cmd_label)
 
     ca = sub.add_parser("cache", help="inspect the generation cache")

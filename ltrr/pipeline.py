@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -192,12 +192,17 @@ class Run:
         return CachedGenerator(backend, GenerationCache(self.cache_path), enabled=enabled)
 
     def stage_label(self, *, force: bool = False, use_cache: bool | None = None,
-                    tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None) -> Path:
+                    tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
+                    only: Sequence[str] | None = None, scheduler: str | None = None,
+                    generator=None) -> Path:
         """Label every (query, arm) with the utility gain of the arm's passages.
 
         With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, and its share of
         the replicate, to fill the shared generation cache from n processes at once; no labels
-        table is written then.
+        table is written then. ``only`` (query ids) does the same for those queries (a Dask
+        task). ``scheduler`` (``local[:N]`` or ``tcp://HOST:PORT``) first fills the cache on Dask
+        workers (`ltrr.dist.label.fill_cache_on_dask`), then labels from it here. ``generator``
+        (a `CachedGenerator`) replaces the configured one (a worker keeps its model loaded).
         """
         from ltrr.generation import load_template
         from ltrr.labels import (
@@ -228,7 +233,11 @@ class Run:
                     # the replicate's test part follows the protocol's partition
                     "partition": self.config.protocol["design_size"] if lcfg["replicate_template"] else None})
         out = self.labels_dir / "labels.parquet"
-        if not force and self._fresh("label", fp, [out]):
+        if scheduler and shard is None and only is None and (force or not self._fresh("label", fp, [out])):
+            from ltrr.dist.label import fill_cache_on_dask
+
+            fill_cache_on_dask(self, scheduler, use_cache=use_cache)
+        if not force and shard is None and only is None and self._fresh("label", fp, [out]):
             self.log(f"[label] skipped: inputs unchanged, labels in {out}")
             return out
         try:
@@ -236,8 +245,9 @@ class Run:
             extras = parse_metrics(lcfg["extra_metrics"]) if lcfg["extra_metrics"] else []
         except LtrrError as exc:
             raise ConfigError(f"stage label: [labels] {exc}") from None
-        generator = self.make_generator(use_cache=use_cache)
-        if gcfg["prebuilt"] and generator.enabled:
+        given = generator is not None
+        generator = generator if given else self.make_generator(use_cache=use_cache)
+        if gcfg["prebuilt"] and generator.enabled and not given:
             from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
 
             added = import_prebuilt(prebuilt_path(gcfg["prebuilt"]), generator.cache)
@@ -258,6 +268,9 @@ class Run:
             if not (0 <= i < n):
                 raise ConfigError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
             queries = queries.iloc[i::n].reset_index(drop=True)
+        elif only is not None:
+            queries = queries[queries["qid"].astype(str).isin(set(map(str, only)))].reset_index(drop=True)
+            shard = (0, 1)  # cache only, as a shard
         n_items = len(queries) * len(arms)
         self.log(f"[label] start: {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
                  f"template {template.identity}, metric {metric}; cache {self.cache_path}")

@@ -1,0 +1,141 @@
+"""Labelling on Dask workers (a 2-worker LocalCluster, tiny real model): identical labels, resume,
+a killed worker, bad schedulers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from ltrr.cli import main
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("dask.distributed", reason="the dist extra installs Dask")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    from _tiny_llm import save_tiny_llm
+    from test_pipeline_e2e import _dataset
+
+    root = tmp_path_factory.mktemp("dist")
+    save_tiny_llm(root / "tiny", seed=0)
+    old, cwd = os.environ.get("LTRR_DATA_DIR"), os.getcwd()
+    os.environ["LTRR_DATA_DIR"] = str(root / "data")
+    os.chdir(root)
+    ds = _dataset(root)
+
+    def config(name: str) -> str:
+        path = root / f"{name}.toml"
+        path.write_text(f"""
+[run]
+name = "{name}"
+seed = 7
+workdir = "{root / name}"
+[data]
+dataset = "{ds}"
+max_queries = 16
+[retrievers.bm25]
+type = "bm25"
+[[arms]]
+name = "bm25"
+retriever = "bm25"
+k = 2
+[[arms]]
+name = "bm25-top1"
+retriever = "bm25"
+k = 1
+cost = 0.5
+[[arms]]
+name = "none"
+retriever = "none"
+[generation]
+backend = "transformers"
+model = "{root / 'tiny'}"
+max_new_tokens = 4
+cache = "{root / name / 'cache.sqlite'}"
+[labels]
+metric = "f1"
+likelihood = true
+noise_floor = false
+""")
+        return str(path)
+
+    yield root, config
+    os.chdir(cwd)
+    if old is None:
+        os.environ.pop("LTRR_DATA_DIR", None)
+    else:
+        os.environ["LTRR_DATA_DIR"] = old
+
+
+def test_two_workers_from_an_empty_cache_give_identical_labels(project, capsys):
+    root, config = project
+    one, two = config("one"), config("two")
+    assert main(["index", one]) == 0
+    assert main(["label", one]) == 0
+    capsys.readouterr()
+    assert main(["label", two, "--scheduler", "local:2"]) == 0
+    out = capsys.readouterr().out
+    assert "[label] dask local:2: 4 of 4 chunks" in out
+    calls = int(out.split("[label] dask: 4 chunks, ")[1].split(" generator calls")[0])
+    assert calls > 0
+    a = (root / "one" / "labels" / "labels.parquet").read_bytes()
+    b = (root / "two" / "labels" / "labels.parquet").read_bytes()
+    assert a == b
+    assert json.loads((root / "two" / "labels" / "summary.json").read_text())["generator_calls"] == 0
+    # a re-run sends nothing: every item is in the cache
+    assert main(["label", two, "--scheduler", "local:2", "--force"]) == 0
+    assert "0 of 4 chunks" in capsys.readouterr().out
+
+
+def test_a_killed_worker_loses_nothing(project, capsys):
+    from dask.distributed import Client, LocalCluster
+
+    from ltrr.generation.cache import GenerationCache
+
+    root, config = project
+    cfg = config("killed")
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(cluster)
+    pids = list(client.run(os.getpid).values())
+    shards = root / "killed" / "dask-shards" / "killed"
+
+    killed = []
+
+    def kill_when_started():
+        for _ in range(600):
+            if shards.exists() and any(shards.glob("worker-*.sqlite")):
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_when_started)
+    killer.start()
+    try:
+        assert main(["label", cfg, "--scheduler", cluster.scheduler_address]) == 0
+    finally:
+        killer.join()
+        client.close()
+        cluster.close()
+    assert killed and "[label] dask" in capsys.readouterr().out
+    check = GenerationCache(root / "killed" / "cache.sqlite").check()
+    assert check["corrupt"] == 0
+    lab = (root / "killed" / "labels" / "labels.parquet").read_bytes()
+    assert lab == (root / "one" / "labels" / "labels.parquet").read_bytes()
+
+
+def test_bad_schedulers(project, capsys):
+    _, config = project
+    cfg = config("bad")
+    assert main(["label", cfg, "--scheduler", "tcp://127.0.0.1:9", "--force"]) == 2
+    assert "no Dask scheduler answered at tcp://127.0.0.1:9" in capsys.readouterr().err
+    assert main(["label", cfg, "--scheduler", "yarn", "--force"]) == 2
+    assert "--scheduler must be local[:N] or tcp://HOST:PORT" in capsys.readouterr().err
+    assert main(["label", cfg, "--scheduler", "local:2", "--shard", "0/2"]) == 2
+    assert "give --shard or --scheduler, not both" in capsys.readouterr().err
