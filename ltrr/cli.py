@@ -214,7 +214,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ltrr.rankers import rankers
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
-    out = run.stage_train(ranker, force=args.force)
+    if args.scheduler:
+        from ltrr.dist import connect
+        from ltrr.dist.rankers import dask_training
+
+        client = connect(args.scheduler)
+        try:
+            with dask_training(client):
+                out = run.stage_train(ranker, force=True)  # the stage record does not know the scheduler
+        finally:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None and args.scheduler.startswith("local"):
+                cluster.close()
+    else:
+        out = run.stage_train(ranker, force=args.force)
     _print_route_hint(run, out)
     return 0
 
@@ -481,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("config")
     tr.add_argument("--ranker", help="ranker name (default: [train] ranker)")
     tr.add_argument("--force", action="store_true", help="retrain even if up to date")
+    tr.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: train lambdamart-listwise on Dask (the dist extra)")
     tr.set_defaults(func=cmd_train)
 
     ro = sub.add_parser("route", help="rank the arms for a question with a trained router")

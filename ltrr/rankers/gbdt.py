@@ -27,7 +27,7 @@ from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ltrr._errors import DataError
+from ltrr._errors import ConfigError, DataError
 from ltrr.rankers._validation import (
     canonical_order,
     check_predict_data,
@@ -75,6 +75,7 @@ class _GBDTRanker(BaseRanker):
 
     _model_file: ClassVar[str]
     _model_format: ClassVar[str]
+    _trains_on_dask: ClassVar[bool] = False
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -99,6 +100,11 @@ class _GBDTRanker(BaseRanker):
         self
         """
         X, y, qid = check_ranking_data(self, X, y, qid)
+        from ltrr.dist.rankers import active_client
+
+        if active_client() is not None and not self._trains_on_dask:
+            raise ConfigError(f"{self.name} does not train on Dask; --scheduler trains lambdamart-listwise "
+                              "(LightGBM's DaskLGBMRanker)")
         # A pointwise ranker ignores qid entirely, so its model is the same with or without it.
         groups = canonical_order(X, y, qid if self.requires_qid else None)
         o = groups.order
@@ -404,6 +410,7 @@ class LambdaMARTRanker(_GBDTRanker):
     """
 
     name = "lambdamart-listwise"
+    _trains_on_dask = True
     _model_file = "model.txt"
     _model_format = "lightgbm-text"
     _parameter_constraints: ClassVar[dict] = {
@@ -456,7 +463,7 @@ class LambdaMARTRanker(_GBDTRanker):
         grades = to_grades(y, self.n_grades, name=self.name)
         g = np.arange(self.n_grades, dtype=np.float64)
         label_gain = (2.0**g - 1.0) if self.gain == "exponential" else g
-        model = lgb.LGBMRanker(
+        params = dict(
             objective="lambdarank",
             n_estimators=self.n_estimators,
             learning_rate=self.learning_rate,
@@ -474,7 +481,14 @@ class LambdaMARTRanker(_GBDTRanker):
             deterministic=True,
             force_col_wise=True,
         )
-        return model.fit(X, grades, group=sizes).booster_
+        from ltrr.dist.rankers import active_client  # no Dask import unless a client is active
+
+        client = active_client()
+        if client is not None:  # `ltrr train --scheduler`: LightGBM's Dask ranker, same parameters
+            from ltrr.dist.rankers import fit_lambdamart_on_dask
+
+            return fit_lambdamart_on_dask(self, X, grades, sizes, params, client)
+        return lgb.LGBMRanker(**params).fit(X, grades, group=sizes).booster_
 
     def _predict(self, X):
         kwargs = {} if self.n_jobs is None else {"num_threads": self.n_jobs}

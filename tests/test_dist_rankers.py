@@ -1,0 +1,50 @@
+"""LambdaMART on Dask: partitions never split a query, and the model matches local training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.dist.rankers import check_group_partitions, query_partitions
+
+pytest.importorskip("dask.distributed", reason="the dist extra installs Dask")
+
+
+def test_query_partitions_never_split_a_query():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sizes = rng.integers(1, 12, size=rng.integers(1, 40))
+        for n in (1, 2, 3, 7):
+            parts = query_partitions(sizes, n)
+            assert parts[0][0] == 0 and parts[-1][1] == len(sizes) and len(parts) <= n
+            assert all(b < e for b, e in parts) and all(parts[i][1] == parts[i + 1][0] for i in range(len(parts) - 1))
+            starts = np.concatenate([[0], np.cumsum(sizes)])
+            rows = tuple(int(starts[e] - starts[b]) for b, e in parts)
+            check_group_partitions(rows, [sizes[b:e] for b, e in parts])
+    with pytest.raises(DataError, match="a query crosses a partition boundary"):
+        check_group_partitions((5, 4), [np.array([3, 3]), np.array([3])])
+    with pytest.raises(ConfigError, match="n_partitions must be >= 1"):
+        query_partitions(np.array([2]), 0)
+
+
+@pytest.mark.slow
+def test_dask_lambdamart_matches_local_training():
+    from dask.distributed import Client, LocalCluster
+
+    from ltrr.dist.rankers import dask_training
+    from ltrr.rankers import rankers
+    from ltrr.rankers.base import mean_ndcg
+    from ltrr.rankers.checks import make_ranking_data
+
+    X, y, qid = make_ranking_data(n_queries=200, random_state=0)
+    Xt, yt, qt = make_ranking_data(n_queries=100, random_state=1)
+    local = rankers.get("lambdamart-listwise")(n_estimators=50, random_state=0).fit(X, y, qid=qid)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client, dask_training(client):
+        remote = rankers.get("lambdamart-listwise")(n_estimators=50, random_state=0).fit(X, y, qid=qid)
+        with pytest.raises(ConfigError, match="does not train on Dask"):
+            rankers.get("xgboost-pairwise")(n_estimators=5).fit(X, y, qid=qid)
+    a = mean_ndcg(yt, local.predict(Xt), qt, k=3)
+    b = mean_ndcg(yt, remote.predict(Xt), qt, k=3)
+    assert abs(a - b) <= 0.01, (a, b)
