@@ -235,6 +235,24 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
+def read_saved_meta(file: str | Path, missing: str) -> dict:
+    """The JSON object of a saved model's metadata file (``router.json``, ``policy.json``, ...).
+
+    Raises `NotBuiltError` with ``missing`` (what to run) when the file is absent, and
+    `DataError` when it is not a JSON object.
+    """
+    file = Path(file)
+    if not file.is_file():
+        raise NotBuiltError(f"{file.parent}: no {file.name}; {missing}")
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{file}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{file}: expected a JSON object")
+    return meta
+
+
 def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a Parquet table atomically (temporary file, then rename)."""
     path = Path(path)

@@ -311,9 +311,9 @@ class BudgetPolicy(BaseEstimator):
         meta = {"format": HEAD_FORMAT, "params": self.get_params(), "tau": self.tau_, "lambda": self.lambda_,
                 "c_max": self.c_max_, "n_features_in": self.n_features_in_, "n_calibration": self.n_calibration_,
                 "history": self.history_}
-        tmp = path / "head.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, path / "head.json")
+        from ltrr.data.io import write_text_atomic
+
+        write_text_atomic(path / "head.json", json.dumps(meta, indent=1))
         return path
 
     @classmethod
@@ -321,13 +321,12 @@ class BudgetPolicy(BaseEstimator):
         import torch
         from safetensors.numpy import load_file
 
+        from ltrr.data.io import read_saved_meta
+
         path = Path(path)
-        if not (path / "head.json").is_file() or not (path / "head.safetensors").is_file():
+        if not (path / "head.safetensors").is_file():
             raise NotBuiltError(f"{path}: no saved policy head (head.json and head.safetensors)")
-        try:
-            meta: dict[str, Any] = json.loads((path / "head.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path / 'head.json'}: not valid JSON ({exc})") from None
+        meta: dict[str, Any] = read_saved_meta(path / "head.json", "no saved policy head (head.json and head.safetensors)")
         if meta.get("format") != HEAD_FORMAT:
             raise DataError(f"{path}: policy head in format {meta.get('format')!r}; this ltrr reads {HEAD_FORMAT}")
         pol = cls(**meta["params"])

@@ -279,23 +279,18 @@ class PolicyRouter(Router):
         meta = {"format": POLICY_FORMAT, "router": "policy", "ltrr_version": __version__,
                 "params": self.get_params(), "arms": self.arms_, "costs": self.costs_,
                 "n_train_queries": self.n_train_queries_}
-        tmp = path / "policy.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, path / "policy.json")
+        from ltrr.data.io import write_text_atomic
+
+        write_text_atomic(path / "policy.json", json.dumps(meta, indent=2, sort_keys=True, default=str))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> PolicyRouter:
+        from ltrr.data.io import read_saved_meta
         from ltrr.routers.ltr import LTRRouter
 
         path = Path(path)
-        meta_file = path / "policy.json"
-        if not meta_file.is_file():
-            raise NotBuiltError(f"{path}: no policy.json; train a policy with `ltrr policy train CONFIG --budget B`")
-        try:
-            meta = json.loads(meta_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{meta_file}: not valid JSON ({exc})") from None
+        meta = read_saved_meta(path / "policy.json", "train a policy with `ltrr policy train CONFIG --budget B`")
         if meta.get("router") != "policy" or meta.get("format") != POLICY_FORMAT:
             raise DataError(f"{path}: not a policy in format {POLICY_FORMAT}")
         pol = cls(**meta["params"])

@@ -188,11 +188,11 @@ class KNNRouter(Router):
         save_file({"embeddings": np.ascontiguousarray(self.embeddings_),
                    "utility": np.ascontiguousarray(self.utility_)}, str(tmp))
         os.replace(tmp, path / "knn.safetensors")
+        from ltrr.data.io import write_text_atomic
+
         meta = {"format": KNN_FORMAT, "router": "knn", "ltrr_version": __version__,
                 "params": self.get_params(), "arms": self.arms_}
-        tmp = path / "router.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        os.replace(tmp, path / "router.json")
+        write_text_atomic(path / "router.json", json.dumps(meta, indent=2, sort_keys=True))
         return path
 
     @classmethod
@@ -201,14 +201,12 @@ class KNNRouter(Router):
         from safetensors.numpy import load_file
         from sklearn.neighbors import NearestNeighbors
 
+        from ltrr.data.io import read_saved_meta
+
         path = Path(path)
-        meta_file = path / "router.json"
-        if not meta_file.is_file() or not (path / "knn.safetensors").is_file():
+        meta = read_saved_meta(path / "router.json", "no saved knn router (router.json and knn.safetensors)")
+        if not (path / "knn.safetensors").is_file():
             raise NotBuiltError(f"{path}: no saved knn router (router.json and knn.safetensors)")
-        try:
-            meta = json.loads(meta_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{meta_file}: not valid JSON ({exc})") from None
         if meta.get("router") != "knn" or meta.get("format") != KNN_FORMAT:
             raise DataError(f"{path}: not a knn router in format {KNN_FORMAT} (router {meta.get('router')!r}, "
                             f"format {meta.get('format')!r})")

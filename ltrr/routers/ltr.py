@@ -269,18 +269,13 @@ class LTRRouter(Router):
     @classmethod
     def load(cls, path: str | Path) -> LTRRouter:
         """Load a router saved by `save`; another format version or feature set is an error."""
+        from ltrr.data.io import read_saved_meta
         from ltrr.features import FeaturePipeline
         from ltrr.features.pipeline import load_spec
         from ltrr.rankers.base import BaseRanker
 
         path = Path(path)
-        meta_file = path / "router.json"
-        if not meta_file.is_file():
-            raise NotBuiltError(f"{path}: no router.json; train a router with `ltrr train CONFIG --ranker NAME`")
-        try:
-            meta = json.loads(meta_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{meta_file}: not valid JSON ({exc})") from None
+        meta = read_saved_meta(path / "router.json", "train a router with `ltrr train CONFIG --ranker NAME`")
         if meta.get("format") != ROUTER_FORMAT:
             raise DataError(f"{path}: router saved in format {meta.get('format')} by ltrr {meta.get('ltrr_version')}; "
                             f"this ltrr ({__version__}) reads format {ROUTER_FORMAT}: retrain it")
