@@ -14,7 +14,6 @@ import pytest
 from ltrr.cli import main
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("dask.distributed", reason="the dist extra installs Dask")
 
 
 @pytest.fixture(scope="module")

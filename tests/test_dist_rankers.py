@@ -8,8 +8,6 @@ import pytest
 from ltrr._errors import ConfigError, DataError
 from ltrr.dist.rankers import check_group_partitions, query_partitions
 
-pytest.importorskip("dask.distributed", reason="the dist extra installs Dask")
-
 
 def test_query_partitions_never_split_a_query():
     rng = np.random.default_rng(0)

@@ -8,12 +8,12 @@ import threading
 import time
 
 import httpx
+import openai
 import pytest
 
 from ltrr.cli import main
 
 pytestmark = pytest.mark.slow
-openai = pytest.importorskip("openai", reason="the dev extra installs the openai client")
 
 
 def _free_port() -> int:
