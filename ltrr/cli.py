@@ -161,6 +161,10 @@ def cmd_label(args: argparse.Namespace) -> int:
     from ltrr.config import load_config, validate
     from ltrr.pipeline import Run
 
+    if args.scheduler:
+        from ltrr.dist import check_scheduler
+
+        check_scheduler(args.scheduler)  # a bad value fails before any work
     cfg = load_config(args.config)
     if args.max_queries is not None:
         d = cfg.to_dict()
@@ -179,7 +183,7 @@ def cmd_label(args: argparse.Namespace) -> int:
         raise LtrrError("give --shard or --scheduler, not both")
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
                     tolerate_failures=True if args.tolerate_failures else None, shard=shard,
-                    scheduler=args.scheduler)
+                    scheduler=args.scheduler, scheduler_timeout=args.scheduler_timeout)
     return 0
 
 
@@ -215,9 +219,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
     if args.scheduler:
-        from ltrr.dist import connect
+        from ltrr.dist import check_scheduler, connect
         from ltrr.dist.rankers import dask_training
 
+        check_scheduler(args.scheduler)
         client = connect(args.scheduler)
         try:
             with dask_training(client):
@@ -470,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--max-queries", type=int, help="label a seeded, type-stratified sample of N queries")
     lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")
     lb.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: generate on Dask workers (the dist extra)")
+    lb.add_argument("--scheduler-timeout", type=float, default=30.0,
+                    help="seconds to wait for a tcp:// scheduler to answer (default 30)")
     lb.set_defaults(func=cmd_label)
 
     ca = sub.add_parser("cache", help="inspect the generation cache")

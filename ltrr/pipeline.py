@@ -194,7 +194,7 @@ class Run:
     def stage_label(self, *, force: bool = False, use_cache: bool | None = None,
                     tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
                     only: Sequence[str] | None = None, scheduler: str | None = None,
-                    generator=None) -> Path:
+                    scheduler_timeout: float = 30.0, generator=None) -> Path:
         """Label every (query, arm) with the utility gain of the arm's passages.
 
         With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, and its share of
@@ -236,7 +236,7 @@ class Run:
         if scheduler and shard is None and only is None and (force or not self._fresh("label", fp, [out])):
             from ltrr.dist.label import fill_cache_on_dask
 
-            fill_cache_on_dask(self, scheduler, use_cache=use_cache)
+            fill_cache_on_dask(self, scheduler, use_cache=use_cache, timeout=scheduler_timeout)
         if not force and shard is None and only is None and self._fresh("label", fp, [out]):
             self.log(f"[label] skipped: inputs unchanged, labels in {out}")
             return out

@@ -132,8 +132,9 @@ def test_a_killed_worker_loses_nothing(project, capsys):
 def test_bad_schedulers(project, capsys):
     _, config = project
     cfg = config("bad")
-    assert main(["label", cfg, "--scheduler", "tcp://127.0.0.1:9", "--force"]) == 2
-    assert "no Dask scheduler answered at tcp://127.0.0.1:9" in capsys.readouterr().err
+    assert main(["index", cfg]) == 0
+    assert main(["label", cfg, "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "2", "--force"]) == 2
+    assert "no Dask scheduler answered at tcp://127.0.0.1:9 within 2s" in capsys.readouterr().err
     assert main(["label", cfg, "--scheduler", "yarn", "--force"]) == 2
     assert "--scheduler must be local[:N] or tcp://HOST:PORT" in capsys.readouterr().err
     assert main(["label", cfg, "--scheduler", "local:2", "--shard", "0/2"]) == 2

@@ -46,3 +46,17 @@ def test_dask_lambdamart_matches_local_training():
     a = mean_ndcg(yt, local.predict(Xt), qt, k=3)
     b = mean_ndcg(yt, remote.predict(Xt), qt, k=3)
     assert abs(a - b) <= 0.01, (a, b)
+
+
+def test_scheduler_without_dask_and_bad_values(monkeypatch):
+    import sys
+
+    from ltrr._errors import MissingDependencyError
+    from ltrr.dist import check_scheduler, connect
+
+    assert check_scheduler("local:3") == "local:3" and check_scheduler("tcp://10.0.0.1:8786")
+    with pytest.raises(ConfigError, match="positive worker count"):
+        check_scheduler("local:0")
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # as if the dist extra were absent
+    with pytest.raises(MissingDependencyError, match=r"pip install 'ltrr\[dist\]'"):
+        connect("local:2")
