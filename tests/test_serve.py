@@ -81,6 +81,7 @@ def server(trained):
 
     root, cfg, model = trained
     service = RoutedRAG(model, generator=generators.get("test-last-doc")())
+    service.warm()
     with Live(create_app(service, ServeSettings(api_key="", max_body_bytes=4000, max_message_chars=500))) as live:
         yield live, service, model
 

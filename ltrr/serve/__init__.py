@@ -23,5 +23,7 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8000, settings: Ser
         import uvicorn
     except ImportError:
         raise MissingDependencyError("ltrr serve needs FastAPI and uvicorn: pip install 'ltrr[serve]'") from None
-    app = create_app(RoutedRAG(model_dir, generator=generator, template=template), settings)
+    service = RoutedRAG(model_dir, generator=generator, template=template)
+    service.warm()  # the first request must not pay for loading the models
+    app = create_app(service, settings)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -127,5 +127,10 @@ class RoutedRAG:
         return {"text": out.answer or "", "usage": {"prompt_tokens": int(prompt), "completion_tokens": int(completion),
                                                     "total_tokens": int(prompt + completion)}}
 
+    def warm(self, question: str = "warm-up question") -> None:
+        """Load what loads lazily (the encoders, the generator's weights) before the first request."""
+        self.route("ltrr", question)
+        getattr(self.generator, "context_length", None)  # a transformers backend loads its model here
+
     def describe(self) -> str:
         return json.dumps({"models": [m["id"] for m in self.models()], "generator": getattr(self.generator, "identity", "?")})
