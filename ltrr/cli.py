@@ -502,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("config")
     tr.add_argument("--ranker", help="ranker name (default: [train] ranker)")
     tr.add_argument("--force", action="store_true", help="retrain even if up to date")
-    tr.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: train lambdamart-listwise on Dask (the dist extra)")
+    tr.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: train lambdamart-listwise or xgboost-pairwise/-listwise on Dask (the dist extra)")
     tr.set_defaults(func=cmd_train)
 
     ro = sub.add_parser("route", help="rank the arms for a question with a trained router")

@@ -41,11 +41,17 @@ def test_dask_lambdamart_matches_local_training():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client, dask_training(client):
         remote = rankers.get("lambdamart-listwise")(n_estimators=50, random_state=0).fit(X, y, qid=qid)
+        xgb = {name: rankers.get(name)(n_estimators=30, random_state=0).fit(X, y, qid=qid)
+               for name in ("xgboost-pairwise", "xgboost-listwise")}
         with pytest.raises(ConfigError, match="does not train on Dask"):
-            rankers.get("xgboost-pairwise")(n_estimators=5).fit(X, y, qid=qid)
+            rankers.get("xgboost-pointwise")(n_estimators=5).fit(X, y, qid=qid)
     a = mean_ndcg(yt, local.predict(Xt), qt, k=3)
     b = mean_ndcg(yt, remote.predict(Xt), qt, k=3)
     assert abs(a - b) <= 0.01, (a, b)
+    for name, model in xgb.items():
+        here = rankers.get(name)(n_estimators=30, random_state=0).fit(X, y, qid=qid)
+        a, b = mean_ndcg(yt, here.predict(Xt), qt, k=3), mean_ndcg(yt, model.predict(Xt), qt, k=3)
+        assert abs(a - b) <= 0.01, (name, a, b)
 
 
 def test_scheduler_without_dask_and_bad_values(monkeypatch):

@@ -63,6 +63,13 @@ _GRADE_CONSTRAINTS: dict[str, list] = {
 }
 
 
+def _dask_client():
+    """The Dask client of an enclosing `ltrr.dist.rankers.dask_training` block, else None."""
+    from ltrr.dist.rankers import active_client  # imports no Dask
+
+    return active_client()
+
+
 def _seed(random_state: Any) -> int:
     """An int seed for the libraries: an int is used as is, else drawn from the RandomState."""
     if isinstance(random_state, Integral):
@@ -100,11 +107,9 @@ class _GBDTRanker(BaseRanker):
         self
         """
         X, y, qid = check_ranking_data(self, X, y, qid)
-        from ltrr.dist.rankers import active_client
-
-        if active_client() is not None and not self._trains_on_dask:
-            raise ConfigError(f"{self.name} does not train on Dask; --scheduler trains lambdamart-listwise "
-                              "(LightGBM's DaskLGBMRanker)")
+        if _dask_client() is not None and not self._trains_on_dask:
+            raise ConfigError(f"{self.name} does not train on Dask; --scheduler trains lambdamart-listwise, "
+                              "xgboost-pairwise and xgboost-listwise")
         # A pointwise ranker ignores qid entirely, so its model is the same with or without it.
         groups = canonical_order(X, y, qid if self.requires_qid else None)
         o = groups.order
@@ -279,12 +284,18 @@ class XGBoostPairwiseRanker(_XGBoostRanker):
     """
 
     name = "xgboost-pairwise"
+    _trains_on_dask = True
 
     def _train(self, X, y, codes, sizes):
         import xgboost as xgb
 
-        model = xgb.XGBRanker(objective="rank:pairwise", **self._xgb_params())
-        return model.fit(X, y, qid=codes).get_booster()
+        params = {"objective": "rank:pairwise", **self._xgb_params()}
+        client = _dask_client()
+        if client is not None:
+            from ltrr.dist.rankers import fit_xgboost_ranker_on_dask
+
+            return fit_xgboost_ranker_on_dask(X, y, codes, sizes, params, client)
+        return xgb.XGBRanker(**params).fit(X, y, qid=codes).get_booster()
 
 
 @rankers.register("xgboost-listwise")
@@ -311,6 +322,7 @@ class XGBoostListwiseRanker(_XGBoostRanker):
     """
 
     name = "xgboost-listwise"
+    _trains_on_dask = True
     _parameter_constraints: ClassVar[dict] = {
         **_XGBoostRanker._parameter_constraints,
         **_GRADE_CONSTRAINTS,
@@ -351,12 +363,13 @@ class XGBoostListwiseRanker(_XGBoostRanker):
         import xgboost as xgb
 
         grades = to_grades(y, self.n_grades, name=self.name)
-        model = xgb.XGBRanker(
-            objective="rank:ndcg",
-            ndcg_exp_gain=self.gain == "exponential",
-            **self._xgb_params(),
-        )
-        return model.fit(X, grades, qid=codes).get_booster()
+        params = {"objective": "rank:ndcg", "ndcg_exp_gain": self.gain == "exponential", **self._xgb_params()}
+        client = _dask_client()
+        if client is not None:
+            from ltrr.dist.rankers import fit_xgboost_ranker_on_dask
+
+            return fit_xgboost_ranker_on_dask(X, grades, codes, sizes, params, client)
+        return xgb.XGBRanker(**params).fit(X, grades, qid=codes).get_booster()
 
 
 @rankers.register("lambdamart-listwise")
@@ -481,9 +494,7 @@ class LambdaMARTRanker(_GBDTRanker):
             deterministic=True,
             force_col_wise=True,
         )
-        from ltrr.dist.rankers import active_client  # no Dask import unless a client is active
-
-        client = active_client()
+        client = _dask_client()
         if client is not None:  # `ltrr train --scheduler`: LightGBM's Dask ranker, same parameters
             from ltrr.dist.rankers import fit_lambdamart_on_dask
 
