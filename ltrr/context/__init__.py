@@ -1,0 +1,24 @@
+"""Context routing (RCR-Router, Liu et al., 2025): what each LLM call reads, within a token budget.
+
+- `Memory`, `MemoryItem` (`ltrr.context.memory`): the shared, structured memory (YAML).
+- `Role`, `allocate_budget`, `importance`, `select` and the `selectors` ``greedy``,
+  ``greedy-skip`` and ``knapsack`` (`ltrr.context.select`).
+"""
+
+from ltrr.context.memory import KINDS, Memory, MemoryItem
+from ltrr.context.select import (
+    DEFAULT_ROLES,
+    ImportanceWeights,
+    Role,
+    allocate_budget,
+    greedy,
+    greedy_skip,
+    importance,
+    knapsack,
+    role_by_name,
+    select,
+    selectors,
+)
+
+__all__ = ["KINDS", "Memory", "MemoryItem", "DEFAULT_ROLES", "ImportanceWeights", "Role", "allocate_budget",
+           "greedy", "greedy_skip", "importance", "knapsack", "role_by_name", "select", "selectors"]

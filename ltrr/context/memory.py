@@ -1,0 +1,153 @@
+"""The shared, structured memory of context routing (RCR-Router, Liu et al., 2025).
+
+A `MemoryItem` is one thing an LLM call may read: a passage, a fact, a plan, a tool result or
+an agent's message, with where it came from, the round it was written in, its length in the
+generator's own tokens and an embedding. `Memory` holds the items; it round-trips through YAML
+(`Memory.to_yaml` / `Memory.from_yaml`) and is updated after each round by `Memory.update`:
+near-duplicates (by embedding cosine) are dropped, and a fact with the same ``key`` as an older
+one replaces it, the replacement logged in ``Memory.log``.
+
+Token counts come from the generator's tokenizer (`count_tokens`); the ``openai`` backend has no
+local tokenizer, so there a count is an estimate (the backend's own ``count_tokens``), and a
+budget is then approximate: `Memory.token_source` records which it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ltrr._errors import DataError
+
+__all__ = ["MemoryItem", "Memory", "KINDS"]
+
+KINDS = ("passage", "fact", "plan", "tool_result", "message")
+
+
+@dataclass
+class MemoryItem:
+    """One entry of the shared memory.
+
+    ``tokens`` is its length under the generator's tokenizer; ``key`` (facts) names what the fact
+    is about, so a newer value of the same key replaces an older one.
+    """
+
+    id: str
+    kind: str
+    text: str
+    source: str = ""
+    round: int = 0
+    tokens: int = 0
+    embedding: list[float] | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise DataError(f"memory item {self.id!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 0:
+            raise DataError(f"memory item {self.id!r}: tokens must be an integer >= 0, got {self.tokens!r}")
+        if not isinstance(self.round, int) or isinstance(self.round, bool) or self.round < 0:
+            raise DataError(f"memory item {self.id!r}: round must be an integer >= 0, got {self.round!r}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: v for k, v in d.items() if v is not None}
+
+
+@dataclass
+class Memory:
+    """The shared memory: items in insertion order, and a log of replacements and drops."""
+
+    items: list[MemoryItem] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    token_source: str = "tokenizer"  # or "estimate" (a backend without a local tokenizer)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, item: MemoryItem) -> None:
+        if any(it.id == item.id for it in self.items):
+            raise DataError(f"memory already has an item with id {item.id!r}")
+        self.items.append(item)
+
+    def update(self, new: Iterable[MemoryItem], *, dedup_threshold: float = 0.95) -> list[MemoryItem]:
+        """Add a round's items: drop near-duplicates, let newer facts replace older ones of the
+        same key. Returns the items actually added."""
+        added = []
+        for item in new:
+            if item.key is not None:
+                old = [it for it in self.items if it.kind == item.kind and it.key == item.key]
+                for it in old:
+                    if it.text != item.text:
+                        self.log.append(f"round {item.round}: {item.kind} {item.key!r} replaced "
+                                        f"{it.text!r} ({it.id}) by {item.text!r} ({item.id})")
+                    self.items.remove(it)
+            dup = self._near_duplicate(item, dedup_threshold)
+            if dup is not None:
+                self.log.append(f"round {item.round}: dropped {item.id} as a near-duplicate of {dup.id}")
+                continue
+            self.add(item)
+            added.append(item)
+        return added
+
+    def _near_duplicate(self, item: MemoryItem, threshold: float) -> MemoryItem | None:
+        if item.embedding is None:
+            return next((it for it in self.items if it.text.strip() == item.text.strip()), None)
+        v = np.asarray(item.embedding, dtype=np.float64)
+        nv = np.linalg.norm(v)
+        for it in self.items:
+            if it.embedding is None or len(it.embedding) != len(v):
+                continue
+            u = np.asarray(it.embedding, dtype=np.float64)
+            denom = nv * np.linalg.norm(u)
+            if denom > 0 and float(v @ u) / denom >= threshold:
+                return it
+        return None
+
+    # ---- YAML --------------------------------------------------------------------------------
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump({"token_source": self.token_source, "items": [it.to_dict() for it in self.items],
+                               "log": list(self.log)}, sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> Memory:
+        """Parse `to_yaml`'s output; malformed YAML or a bad item is a `DataError` naming it."""
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise DataError(f"memory YAML is malformed: {str(exc).splitlines()[0]}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("items", []), list):
+            raise DataError("memory YAML must be a mapping with a list under 'items'")
+        items = []
+        for i, d in enumerate(doc.get("items") or []):
+            if not isinstance(d, dict):
+                raise DataError(f"memory YAML item {i} is not a mapping")
+            unknown = sorted(set(d) - set(MemoryItem.__dataclass_fields__))
+            if unknown or "id" not in d or "kind" not in d or "text" not in d:
+                raise DataError(f"memory YAML item {i}: needs id, kind and text"
+                                + (f"; unknown keys {unknown}" if unknown else ""))
+            items.append(MemoryItem(**d))
+        mem = cls(log=[str(x) for x in doc.get("log") or []], token_source=str(doc.get("token_source", "tokenizer")))
+        for it in items:
+            mem.add(it)
+        return mem
+
+    # ---- building items -----------------------------------------------------------------------
+    @staticmethod
+    def make_items(texts: Sequence[str], *, kind: str, source: str, round: int, count_tokens: Callable[[str], int],
+                   embed: Callable[[Sequence[str]], Any] | None = None, prefix: str | None = None,
+                   keys: Sequence[str | None] | None = None) -> list[MemoryItem]:
+        """Items for ``texts``, with token counts and (if ``embed``) embeddings."""
+        emb = np.asarray(embed(list(texts))) if embed is not None and len(texts) else None
+        prefix = prefix or f"{source}-r{round}-{kind}"
+        return [MemoryItem(id=f"{prefix}-{i}", kind=kind, text=t, source=source, round=round,
+                           tokens=int(count_tokens(t)), key=keys[i] if keys else None,
+                           embedding=None if emb is None else [float(x) for x in emb[i]])
+                for i, t in enumerate(texts)]
