@@ -113,7 +113,7 @@ def importance(items: Sequence[MemoryItem], role: Role, stage: str, *, round: in
         sim = 0.0
         if g is not None and m.embedding is not None and len(m.embedding) == len(g):
             v = np.asarray(m.embedding, dtype=np.float64)
-            den = np.linalg.norm(v) * np.linalg.norm(g)
+            den = float(np.linalg.norm(v) * np.linalg.norm(g))
             sim = max(0.0, float(v @ g) / den) if den > 0 else 0.0
         out[i] = (weights.keyword * kw_rel + weights.stage * stage_p + weights.recency * rec
                   + weights.similarity * sim)
