@@ -102,3 +102,23 @@ def test_make_items_counts_tokens_and_embeds():
                               count_tokens=lambda t: len(t.split()), embed=lambda ts: np.eye(len(ts)))
     assert [it.tokens for it in items] == [3, 1] and items[1].embedding == [0.0, 1.0]
     assert items[0].id == "planner-r1-message-0"
+
+
+def test_pack_passages_keeps_the_budget_routed_order_and_dedups():
+    import pandas as pd
+
+    from ltrr.context import evidence_recall, pack_passages
+
+    res = pd.DataFrame({"arm": ["bm25"] * 3 + ["dense"] * 3, "rank": [1, 2, 3] * 2,
+                        "docid": ["a", "b", "c", "b", "d", "e"],
+                        "text": ["w " * 40, "w " * 10, "w " * 30, "w " * 10, "w " * 20, "w " * 50]})
+    words = lambda t: len(t.split())  # noqa: E731
+    out = pack_passages(res, ["dense", "bm25", "none"], budget=60, top_m=2, count_tokens=words)
+    assert out.tokens <= 60 and out.candidates == 5  # "b" twice is one candidate
+    assert out.passages["docid"].tolist()[0] == "b"  # dense first, its rank-1 passage
+    assert list(out.passages["arm_rank"]) == sorted(out.passages["arm_rank"])
+    tiny = pack_passages(res, ["bm25"], budget=5, count_tokens=words)
+    assert tiny.passages.empty and "longer than the budget of 5" in tiny.empty_reason
+    assert evidence_recall(["a", "b"], ["b", "z"], 50) == {"recall": 0.5, "recall_per_100_tokens": 1.0, "tokens": 50}
+    with pytest.raises(ConfigError, match="top_m must be a positive integer"):
+        pack_passages(res, ["bm25"], budget=10, top_m=0, count_tokens=words)

@@ -3,9 +3,11 @@
 - `Memory`, `MemoryItem` (`ltrr.context.memory`): the shared, structured memory (YAML).
 - `Role`, `allocate_budget`, `importance`, `select` and the `selectors` ``greedy``,
   ``greedy-skip`` and ``knapsack`` (`ltrr.context.select`).
+- `pack_passages`, `evidence_recall` (`ltrr.context.pack`): the RAG prompt packed into a budget.
 """
 
 from ltrr.context.memory import KINDS, Memory, MemoryItem
+from ltrr.context.pack import PackResult, evidence_recall, pack_passages
 from ltrr.context.select import (
     DEFAULT_ROLES,
     ImportanceWeights,
@@ -20,5 +22,5 @@ from ltrr.context.select import (
     selectors,
 )
 
-__all__ = ["KINDS", "Memory", "MemoryItem", "DEFAULT_ROLES", "ImportanceWeights", "Role", "allocate_budget",
+__all__ = ["KINDS", "Memory", "MemoryItem", "PackResult", "evidence_recall", "pack_passages", "DEFAULT_ROLES", "ImportanceWeights", "Role", "allocate_budget",
            "greedy", "greedy_skip", "importance", "knapsack", "role_by_name", "select", "selectors"]
