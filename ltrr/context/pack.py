@@ -40,7 +40,7 @@ def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: in
                   count_tokens: Callable[[str], int], question_embedding: Sequence[float] | None = None,
                   embeddings: Callable[[list[str], list[str]], np.ndarray] | None = None,
                   selector: str = "knapsack", prior: float = 0.3,
-                  weights: ImportanceWeights = ImportanceWeights()) -> PackResult:
+                  weights: ImportanceWeights | None = None) -> PackResult:
     """Pack one query's passages (``results``: arm, rank, docid, text) into ``budget`` tokens.
 
     ``arm_order`` is the router's ranking of the arms (best first); ``embeddings(docids, texts)``
@@ -65,7 +65,7 @@ def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: in
                         embedding=None if emb is None else [float(x) for x in emb[i]])
              for i, (t, a, k) in enumerate(zip(cand["text"], cand["arm"], cand["tokens"], strict=True))]
     scores = importance(items, DEFAULT_ROLES["answerer"], "answer", round=0, goal_embedding=question_embedding,
-                        weights=weights)
+                        weights=weights or ImportanceWeights())
     scores = scores + prior / (cand["arm_rank"].to_numpy() * cand["rank"].to_numpy())
     kept = {int(it.id) for it in select(items, scores.tolist(), int(budget), selector)}
     out = cand.iloc[sorted(kept)].reset_index(drop=True)
