@@ -219,19 +219,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
     if args.scheduler:
-        from ltrr.dist import check_scheduler, connect
+        from ltrr.dist import check_scheduler, connected
         from ltrr.dist.rankers import dask_training
 
         check_scheduler(args.scheduler)
-        client = connect(args.scheduler)
-        try:
-            with dask_training(client):
-                out = run.stage_train(ranker, force=True)  # the stage record does not know the scheduler
-        finally:
-            cluster = getattr(client, "cluster", None)
-            client.close()
-            if cluster is not None and args.scheduler.startswith("local"):
-                cluster.close()
+        with connected(args.scheduler) as client, dask_training(client):
+            out = run.stage_train(ranker, force=True)  # the stage record does not know the scheduler
     else:
         out = run.stage_train(ranker, force=args.force)
     _print_route_hint(run, out)

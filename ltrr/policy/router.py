@@ -221,16 +221,6 @@ class PolicyRouter(Router):
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
         return _frame(table, s[qi, ai])
 
-    def ranking(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
-        from ltrr.routers.trainfree import arm_order, rank_scores
-
-        return rank_scores(self.route_scores(raw, question_states=question_states), arm_order(raw))
-
-    def choose(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.Series:
-        r = self.ranking(raw, question_states=question_states)
-        best = r[r["rank"] == 1]
-        return pd.Series(best["arm"].to_numpy(), index=pd.Index(best["qid"].to_numpy(), name="qid"), name="arm")
-
     def predict_proba(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The stochastic policy ``pi(a | q)`` as ``DataFrame[qid, arm, prob]``."""
         table = _table(raw)

@@ -164,22 +164,16 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
         seconds = time.perf_counter() - t0
         histories[(budget, trainer)] = pol.head_.history_
         fitted.setdefault("first_fit_seconds", seconds)
-        chosen = pol.choose(raw_te, question_states=st_te) if st_te is not None else pol.choose(raw_te)
+        chosen = pol.choose(raw_te, question_states=st_te)
         return np.array([arms.index(chosen[q]) for q in test_ids]), seconds
-
-    base_ltr = None
-
-    def ltr_scores():
-        nonlocal base_ltr
-        pol = fitted["base"]
-        s = pol.ltr_.route_scores(raw_te).pivot(index="qid", columns="arm", values="score")
-        base_ltr = (pol.train_ltr_, s.loc[test_ids, arms].to_numpy(float))
-        return base_ltr
 
     # the first policy fit also fits the ranker whose cross-fitted scores the baselines use
     make_policy(fractions[0] * max(costs.values()), trainers[0])
-    ltr_train, ltr_test = ltr_scores()
-    train_ids = [str(q) for q in fitted["base"].train_qids_]
+    base = fitted["base"]
+    ltr_train = base.train_ltr_
+    s = base.ltr_.route_scores(raw_te).pivot(index="qid", columns="arm", values="score")
+    ltr_test = s.loc[test_ids, arms].to_numpy(float)
+    train_ids = [str(q) for q in base.train_qids_]
     doc = evaluate_budgets(make_policy, U.loc[train_ids].to_numpy(float), U.loc[test_ids].to_numpy(float),
                            np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run._no_retrieval()[0],
                            fractions, trainers)

@@ -127,13 +127,16 @@ class Router(BaseEstimator):
         """``DataFrame[qid, arm, score]``, one row per (query, arm) of ``raw``."""
         raise NotImplementedError(f"{type(self).__name__} must implement route_scores")
 
-    def ranking(self, raw: Any) -> pd.DataFrame:
-        """``DataFrame[qid, arm, score, rank]``: each query's arms, best (rank 1) first."""
-        return rank_scores(self.route_scores(raw), arm_order(raw))
+    def ranking(self, raw: Any, **route_kwargs: Any) -> pd.DataFrame:
+        """``DataFrame[qid, arm, score, rank]``: each query's arms, best (rank 1) first.
 
-    def choose(self, raw: Any) -> pd.Series:
+        ``route_kwargs`` go to `route_scores` (a router's extra inputs, e.g. ``question_states``).
+        """
+        return rank_scores(self.route_scores(raw, **route_kwargs), arm_order(raw))
+
+    def choose(self, raw: Any, **route_kwargs: Any) -> pd.Series:
         """The best arm per query: a Series ``qid -> arm`` named ``"arm"``, queries in order."""
-        r = self.ranking(raw)
+        r = self.ranking(raw, **route_kwargs)
         best = r[r["rank"] == 1]
         return pd.Series(
             best["arm"].to_numpy(), index=pd.Index(best["qid"].to_numpy(), name="qid"), name="arm"
