@@ -73,7 +73,7 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
     recall1 = recall_table(results, ds.queries, ds.qrels, at=1)
     fams = {}
     for arm in pool.arms:
-        if arm.is_no_retrieval or arm.reranker not in (None, "none"):
+        if arm.is_no_retrieval or arm.is_packed or arm.reranker not in (None, "none"):
             continue
         fams.setdefault(cfg.retrievers[arm.retriever]["type"], arm.name)
     wins = family_wins(results, ds.qrels, fams)
@@ -253,8 +253,15 @@ def cmd_route(args: argparse.Namespace) -> int:
         router = PolicyRouter.load(args.model_dir)
     else:
         router = LTRRouter.load(args.model_dir)
+    if args.context_budget and not args.answer:
+        raise LtrrError("--context-budget packs the context of an answer; add --answer")
     if args.answer:
-        out = router.answer(args.question)
+        packing = None
+        if args.context_budget:
+            from ltrr.context.rag import PackSpec
+
+            packing = PackSpec.from_mapping({"budget": args.context_budget}, "--context-budget")
+        out = router.answer(args.question, packing=packing)
         ranking = out["ranking"]
     else:
         ranking = router.route(args.question)
@@ -267,21 +274,25 @@ def cmd_route(args: argparse.Namespace) -> int:
         if out["error"]:
             raise LtrrError(f"generation failed: {out['error']}")
         _out(f"answer ({out['arm']}): {out['answer']}")
+        if out.get("context_tokens") is not None:
+            _out(f"context: {len(out['passages'])} passage(s), {out['context_tokens']} tokens")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ltrr.serve import ServeSettings, serve
 
-    generator, template = None, "short_answer"
-    if args.config:  # the run's generator, behind its generation cache
+    generator, template, packing = None, "short_answer", None
+    if args.config:  # the run's generator, behind its generation cache, and its context packing
         from ltrr.config import load_config
+        from ltrr.context.rag import packing_from_config
         from ltrr.pipeline import Run
 
         run = Run(load_config(args.config), log=_log)
         generator, template = run.make_generator(), run.config.generation["template"]
+        packing = packing_from_config(run.config.generation, run.config.context)
     _log(f"[serve] loading {args.model_dir}; listening on http://{args.host}:{args.port}/v1")
-    serve(args.model_dir, host=args.host, port=args.port, generator=generator, template=template,
+    serve(args.model_dir, host=args.host, port=args.port, generator=generator, template=template, packing=packing,
           settings=ServeSettings(max_queue=args.max_queue, timeout_s=args.timeout))
     return 0
 
@@ -502,6 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("model_dir")
     ro.add_argument("question")
     ro.add_argument("--answer", action="store_true", help="also answer with the top arm (default generator)")
+    ro.add_argument("--context-budget", type=int, default=0, metavar="N",
+                    help="with --answer: read the top 2 routed arms' passages packed into N tokens")
     ro.add_argument("--json", action="store_true")
     ro.set_defaults(func=cmd_route)
 
@@ -523,9 +536,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--timeout", type=float, default=120.0, help="longest wait of a request, in seconds")
     sv.set_defaults(func=cmd_serve)
 
+    from ltrr.context.commands import add_parser as add_context_parser
     from ltrr.policy.commands import add_parser as add_policy_parser
 
     add_policy_parser(sub, _log, _out)
+    add_context_parser(sub, _log, _out)
 
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")

@@ -48,6 +48,17 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "chunk_size": ((int,), 8),
         "max_prompt_tokens": ((int,), 0),  # 0: the model's context minus max_new_tokens
         "prebuilt": ((str,), ""),  # a packaged prebuilt cache (ltrr/prebuilt/NAME-generations.jsonl.gz)
+        # > 0: answers read the top routed arms' passages packed into this many tokens
+        # (ltrr.context.rag; route --answer and serving), settings in [context]
+        "context_budget": ((int,), 0),
+    },
+    # context packing (ltrr.context.rag.PackSpec) and the multi-agent loop
+    "context": {
+        "top_m": ((int,), 2),  # arms whose passages are candidates, in routed order
+        "depth": ((int,), 5),  # passages read per arm
+        "selector": ((str,), "knapsack"),  # greedy, greedy-skip or knapsack
+        "prior": ((float,), 0.3),  # weight of the routed order, prior / (arm rank * passage rank)
+        "weights": ((dict,), {}),  # importance weights: keyword, stage, recency, similarity, decay
     },
     "labels": {
         "metric": ((str,), "f1"),
@@ -201,6 +212,7 @@ class Config:
     eval: dict = field(default_factory=dict)
     protocol: dict = field(default_factory=dict)
     policy: dict = field(default_factory=dict)
+    context: dict = field(default_factory=dict)
     source: str = ""
 
     @property
@@ -219,7 +231,7 @@ class Config:
         return {
             k: copy.deepcopy(getattr(self, k))
             for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
-                      "features", "train", "eval", "protocol", "policy")
+                      "features", "train", "eval", "protocol", "policy", "context")
         }
 
     def fingerprint(self, *sections: str) -> str:
@@ -250,6 +262,10 @@ def validate(data: dict, source: str = "<dict>") -> Config:
         sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
         if sections["policy"]["enabled"] is None:
             sections["policy"]["enabled"] = "policy" in data
+        from ltrr.context.rag import PackSpec  # light: no heavy import
+
+        PackSpec.from_mapping({**sections["context"], "budget": sections["generation"]["context_budget"]},
+                              "[generation] context_budget / [context]")
         for name in _MAP_SECTIONS:
             val = data.get(name, {})
             if not isinstance(val, dict) or not all(isinstance(v, dict) for v in val.values()):
@@ -268,7 +284,7 @@ def validate(data: dict, source: str = "<dict>") -> Config:
                 raise ConfigError(f"config key [arms][{i}].name: duplicate arm name {arm['name']!r}")
             names.append(arm["name"])
             ret = arm.get("retriever", "none")
-            if ret not in (None, "none") and ret not in data.get("retrievers", {}):
+            if ret not in (None, "none", "packed") and ret not in data.get("retrievers", {}):
                 raise ConfigError(
                     f"config key [arms][{i}].retriever: unknown retriever {ret!r}; declared: "
                     f"{', '.join(data.get('retrievers', {})) or 'none'}"

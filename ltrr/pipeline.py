@@ -34,7 +34,8 @@ DEFAULT_RANKERS = (
 )
 TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
 
-_PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens", "prebuilt")
+_PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens", "prebuilt",
+                      "context_budget")
 
 
 def _hash(obj) -> str:
@@ -113,6 +114,8 @@ class Run(ReplicateAndExport):
     def pool(self):
         if self._pool is None:
             self._pool = self.config.make_pool()
+            if any(a.is_packed for a in self._pool.arms):  # packed arms count the run generator's tokens
+                self._pool.count_tokens = self.make_generator(use_cache=False).count_tokens
         return self._pool
 
     # ---- stages --------------------------------------------------------------------------
@@ -146,15 +149,16 @@ class Run(ReplicateAndExport):
     def stage_retrieve(self, *, force: bool = False) -> Path:
         """Run every arm on every query; write (qid, arm, rank, docid, score, text) as Parquet."""
         ds = self.dataset
-        fp = _hash(
-            {
-                "pool": self.pool.to_config(),
-                "seed": self.config.seed,
-                "queries": pd.util.hash_pandas_object(ds.queries[["qid", "question"]], index=False).sum(),
-                "dataset": str(self.dataset_path.resolve()),
-                "meta": _read_meta(self.dataset_path),
-            }
-        )
+        inputs = {
+            "pool": self.pool.to_config(),
+            "seed": self.config.seed,
+            "queries": pd.util.hash_pandas_object(ds.queries[["qid", "question"]], index=False).sum(),
+            "dataset": str(self.dataset_path.resolve()),
+            "meta": _read_meta(self.dataset_path),
+        }
+        if any(a.is_packed for a in self.pool.arms):  # a packed arm's passages depend on the tokenizer
+            inputs["tokenizer"] = self.make_generator(use_cache=False).generator.identity
+        fp = _hash(inputs)
         if not force and self._fresh("retrieve", fp, [self.results_path]):
             self.log(f"[retrieve] skipped: inputs unchanged, results in {self.results_path}")
             return self.results_path

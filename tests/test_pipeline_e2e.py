@@ -236,6 +236,33 @@ def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     assert {r["router"] for r in head["secondary"]} == {c["router"] for c in pre["candidates"]}
 
 
+def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
+    """`ltrr context pack` (after the protocol above): packed contexts within each budget, the
+    plain routed arm's row, utilities for the knapsack packings, gaps and ablations."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = root / "proto.toml"
+    assert main(["context", "pack", str(cfg), "--budgets", "16,40", "--answer", "--ablations"]) == 0
+    out = capsys.readouterr().out
+    assert "router (the protocol's choice)" in out and "optimality gap" in out
+    per = pd.read_parquet(root / "proto" / "context" / "packing_per_query.parquet")
+    pre = json.loads((root / "proto" / "protocol" / "seed-7" / "preregistration.json").read_text())
+    assert per["qid"].nunique() == pre["n_test"]
+    for b in (16, 40):
+        for sel in ("knapsack", "greedy", "greedy-skip"):
+            assert (per[per["context"] == f"packed@{b}/{sel}"]["tokens"] <= b).all()
+    # exact >= greedy on the selector objective, query by query
+    ks = per[per["context"] == "packed@40/knapsack"].set_index("qid")["importance"]
+    gr = per[per["context"] == "packed@40/greedy"].set_index("qid")["importance"]
+    assert (ks + 1e-9 >= gr.loc[ks.index]).all()
+    assert per[per["context"] == "packed@40/knapsack"]["utility"].notna().all()
+    assert per[per["context"] == "plain"]["utility"].notna().all()
+    table = pd.read_csv(root / "proto" / "context" / "packing.csv")
+    assert {"plain", "budget=2048", "no-similarity@16", "no-prior@16"} <= set(table["context"])
+    assert main(["context", "pack", str(cfg), "--budgets", "x"]) == 2
+    assert "--budgets must be comma-separated integers" in capsys.readouterr().err
+
+
 def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monkeypatch):
     """The same config and seed in separate processes with OMP_NUM_THREADS 1 and 2: the eval's
     results.csv and the protocol's headline are byte-identical."""

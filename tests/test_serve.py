@@ -198,3 +198,26 @@ def test_serve_bad_model_folder(tmp_path, capsys):
     (tmp_path / "old" / "router.json").write_text(json.dumps({"format": 0, "ltrr_version": "0.0.1"}))
     assert main(["serve", str(tmp_path / "old")]) == 2
     assert "router saved in format 0" in capsys.readouterr().err
+
+
+def test_packed_context_in_serving_and_route_answer(trained, capsys):
+    """[generation] context_budget: serving and `LTRRouter.answer` read the top routed arms'
+    passages packed into the budget (the reader counts ~1.3 tokens a word), never over it."""
+    from ltrr.context.rag import PackSpec
+    from ltrr.generation import generators
+    from ltrr.routers.ltr import LTRRouter
+    from ltrr.serve import RoutedRAG
+
+    root, cfg, model = trained
+    reader = generators.get("test-last-doc")()
+    spec = PackSpec(budget=40, top_m=2, depth=3)
+    service = RoutedRAG(model, generator=reader, packing=spec)
+    q = "what is the capital of paris 3"
+    routed = service.route("ltrr", q)
+    tokens = sum(reader.count_tokens(p["text"]) for p in routed["passages"])
+    assert 0 < tokens <= 40 and len({p["docid"] for p in routed["passages"]}) == len(routed["passages"])
+    assert service.route("none", q)["passages"] == []  # closed-book reads no context
+    out = LTRRouter.load(model).answer(q, reader, packing=spec)
+    assert out["context_tokens"] is not None and out["context_tokens"] <= 40 and out["passages"]
+    assert main(["route", str(model), q, "--context-budget", "64"]) == 2
+    assert "add --answer" in capsys.readouterr().err

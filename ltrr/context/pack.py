@@ -14,14 +14,14 @@ passages (qrels) in the packed context, and that share per 100 tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from ltrr._errors import ConfigError
 from ltrr.context.memory import MemoryItem
-from ltrr.context.select import DEFAULT_ROLES, ImportanceWeights, importance, select
+from ltrr.context.select import DEFAULT_ROLES, ImportanceWeights, content_words, importance, select
 
 __all__ = ["pack_passages", "evidence_recall", "PackResult"]
 
@@ -34,17 +34,19 @@ class PackResult:
     tokens: int
     candidates: int
     empty_reason: str | None = None
+    importance: float = 0.0  # total importance of the kept passages (the selector's objective)
 
 
 def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: int, top_m: int = 2,
                   count_tokens: Callable[[str], int], question_embedding: Sequence[float] | None = None,
                   embeddings: Callable[[list[str], list[str]], np.ndarray] | None = None,
                   selector: str = "knapsack", prior: float = 0.3,
-                  weights: ImportanceWeights | None = None) -> PackResult:
+                  weights: ImportanceWeights | None = None, question: str | None = None) -> PackResult:
     """Pack one query's passages (``results``: arm, rank, docid, text) into ``budget`` tokens.
 
     ``arm_order`` is the router's ranking of the arms (best first); ``embeddings(docids, texts)``
-    gives passage vectors for the similarity to ``question_embedding``.
+    gives passage vectors for the similarity to ``question_embedding``. With ``question``, its
+    content words join the answerer's role keywords (the task's keywords).
     """
     if not isinstance(top_m, int) or top_m < 1:
         raise ConfigError(f"top_m must be a positive integer, got {top_m!r}")
@@ -64,13 +66,16 @@ def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: in
     items = [MemoryItem(id=str(i), kind="passage", text=t, source=a, tokens=k,
                         embedding=None if emb is None else [float(x) for x in emb[i]])
              for i, (t, a, k) in enumerate(zip(cand["text"], cand["arm"], cand["tokens"], strict=True))]
-    scores = importance(items, DEFAULT_ROLES["answerer"], "answer", round=0, goal_embedding=question_embedding,
+    role = DEFAULT_ROLES["answerer"]
+    if question:
+        role = replace(role, keywords=tuple(role.keywords) + tuple(sorted(content_words(question))))
+    scores = importance(items, role, "answer", round=0, goal_embedding=question_embedding,
                         weights=weights or ImportanceWeights())
     scores = scores + prior / (cand["arm_rank"].to_numpy() * cand["rank"].to_numpy())
     kept = {int(it.id) for it in select(items, scores.tolist(), int(budget), selector)}
     out = cand.iloc[sorted(kept)].reset_index(drop=True)
     reason = None if len(out) else f"every candidate passage is longer than the budget of {budget} tokens"
-    return PackResult(out, int(out["tokens"].sum()), len(cand), reason)
+    return PackResult(out, int(out["tokens"].sum()), len(cand), reason, float(scores[sorted(kept)].sum()))
 
 
 def evidence_recall(packed_docids: Sequence[str], gold_docids: Sequence[str], tokens: int) -> dict:

@@ -27,7 +27,7 @@ from ltrr._errors import ConfigError
 from ltrr._registry import Registry
 from ltrr.context.memory import MemoryItem
 
-__all__ = ["Role", "DEFAULT_ROLES", "ImportanceWeights", "allocate_budget", "importance", "selectors",
+__all__ = ["content_words", "Role", "DEFAULT_ROLES", "ImportanceWeights", "allocate_budget", "importance", "selectors",
            "select", "greedy", "greedy_skip", "knapsack", "role_by_name"]
 
 STAGES = ("plan", "search", "answer")
@@ -94,6 +94,15 @@ def allocate_budget(base: int, role: Role) -> int:
 
 def _words(text: str) -> set[str]:
     return {w.strip(".,;:!?()\"'").lower() for w in text.split() if w.strip(".,;:!?()\"'")}
+
+
+_STOP = frozenset("a an the of in on at to for and or is was are were be by with from as that this "
+                  "which who whom whose what when where why how did does do it its".split())
+
+
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` that carry content (lower-cased, stop words dropped)."""
+    return {w for w in _words(text) if w not in _STOP and len(w) > 1}
 
 
 def importance(items: Sequence[MemoryItem], role: Role, stage: str, *, round: int,

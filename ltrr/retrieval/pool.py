@@ -58,7 +58,8 @@ __all__ = ["Arm", "Pool", "default_pool_config", "POOL_COLUMNS", "NO_RETRIEVAL"]
 
 POOL_COLUMNS = ["qid", "arm", "rank", "docid", "score", "text"]
 NO_RETRIEVAL = "none"
-ARM_KEYS = ("name", "retriever", "reranker", "k", "depth", "cost")
+PACKED = "packed"  # the retriever of a packed arm (ltrr.context.rag)
+ARM_KEYS = ("name", "retriever", "reranker", "k", "depth", "cost", "pack")
 # config spellings that differ from constructor parameter names
 RETRIEVER_ALIASES = {"dense": {"index": "index_type"}}
 
@@ -81,6 +82,9 @@ class Arm:
         First-stage results handed to the reranker (ignored with reranker ``"none"``).
     cost : float or None
         Relative cost of the arm; None means 1.0, or 0.0 for the no-retrieval arm.
+    pack : dict or None
+        With ``retriever="packed"``: the `ltrr.context.rag.PackSpec` settings of a packed arm
+        (its ``arms`` in order, ``budget``, ``depth``, ...).
 
     Examples
     --------
@@ -96,6 +100,7 @@ class Arm:
     k: int = 5
     depth: int = 50
     cost: float | None = None
+    pack: dict | None = None
 
     def __post_init__(self):
         retriever = None if self.retriever in (None, NO_RETRIEVAL) else self.retriever
@@ -108,6 +113,10 @@ class Arm:
         return self.retriever is None
 
     @property
+    def is_packed(self) -> bool:
+        return self.retriever == PACKED
+
+    @property
     def first_stage_depth(self) -> int:
         """How many first-stage results this arm reads."""
         return self.k if self.reranker == "none" else max(self.depth, self.k)
@@ -115,6 +124,8 @@ class Arm:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["retriever"] = d["retriever"] or NO_RETRIEVAL
+        if d["pack"] is None:
+            del d["pack"]
         return d
 
 
@@ -212,6 +223,8 @@ class Pool:
         self.retrievers = dict(retrievers)
         self.rerankers = dict(rerankers or {})
         self.seed = seed
+        # tokens of a packed arm's passages: the run's generator sets it (ltrr.context.rag)
+        self.count_tokens: Any = None
 
     # ---- configuration -----------------------------------------------------------------
     @classmethod
@@ -255,6 +268,9 @@ class Pool:
             seen.add(arm.name)
             out.append(arm)
         pool = cls(out, rets, rr_specs, seed=int(seed))
+        for arm in out:
+            if arm.is_packed:
+                cls._check_packed_arm(arm, out)
         for arm in out:  # fail now, not at search time, on bad reranker settings
             if arm.reranker != "none":
                 pool._reranker_spec(arm)
@@ -343,6 +359,10 @@ class Pool:
         if "retriever" not in spec:
             raise ConfigError(f"{where}.retriever is missing; give a retriever name or 'none'")
         retriever = spec["retriever"]
+        if "pack" in spec and retriever != PACKED:
+            raise ConfigError(f"{where}.pack: only a packed arm (retriever = 'packed') packs")
+        if retriever == PACKED:
+            return Arm(name=name, retriever=PACKED, cost=Pool._cost(where, spec.get("cost")), pack=spec.get("pack"))
         if retriever not in (None, NO_RETRIEVAL) and retriever not in rets:
             raise ConfigError(
                 f"{where}.retriever: unknown retriever {retriever!r}; define it under retrievers "
@@ -360,12 +380,32 @@ class Pool:
         depth = _check_pos_int(f"{where}.depth", spec.get("depth", 50))
         if reranker != "none" and depth < k:
             raise ConfigError(f"{where}.depth ({depth}) must be >= k ({k}) for a reranked arm")
-        cost = spec.get("cost")
+        return Arm(name=name, retriever=retriever, reranker=reranker, k=k, depth=depth,
+                   cost=Pool._cost(where, spec.get("cost")))
+
+    @staticmethod
+    def _cost(where: str, cost: Any) -> float | None:
         if cost is not None:
             if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
                 raise ConfigError(f"{where}.cost must be a non-negative number, got {cost!r}")
             cost = float(cost)
-        return Arm(name=name, retriever=retriever, reranker=reranker, k=k, depth=depth, cost=cost)
+        return cost
+
+    @staticmethod
+    def _check_packed_arm(arm: Arm, arms: Sequence[Arm]) -> None:
+        from ltrr.context.rag import PackSpec
+
+        where = f"arm {arm.name!r}.pack"
+        if arm.pack is None:
+            raise ConfigError(f"{where} is missing: a packed arm packs other arms' passages "
+                              "(pack = {arms = [...], budget = N})")
+        spec = PackSpec.from_mapping(arm.pack, where)
+        if not spec.arms:
+            raise ConfigError(f"{where}.arms is missing: the arms whose passages it packs, in order")
+        sources = {a.name: a for a in arms}
+        for name in spec.arms:
+            if name not in sources or sources[name].is_packed or sources[name].is_no_retrieval:
+                raise ConfigError(f"{where}.arms: {name!r} is not a retrieving arm of this pool")
 
     def to_config(self) -> dict[str, Any]:
         """JSON-safe keyword arguments for `from_config` that rebuild this pool."""
@@ -395,7 +435,7 @@ class Pool:
         raise ConfigError(f"unknown arm {name!r}; this pool has: {', '.join(self.arm_names)}")
 
     def _used_retrievers(self) -> list[str]:
-        return list(dict.fromkeys(a.retriever for a in self.arms if a.retriever is not None))
+        return list(dict.fromkeys(a.retriever for a in self.arms if a.retriever is not None and not a.is_packed))
 
     # ---- building and loading ----------------------------------------------------------
     def build(
@@ -517,13 +557,17 @@ class Pool:
 
     # ---- searching ---------------------------------------------------------------------
     def search(
-        self, queries: Any, arms: Sequence[str] | None = None, *, show_progress: bool = False
+        self, queries: Any, arms: Sequence[str] | None = None, *, k: int | None = None,
+        show_progress: bool = False
     ) -> pd.DataFrame:
         """Passages of every arm for every query: ``DataFrame[qid, arm, rank, docid, score, text]``.
 
         Rows are sorted by query input order, then arm order, then rank. The no-retrieval arm
-        contributes no rows. ``arms`` selects a subset by name.
+        contributes no rows. ``arms`` selects a subset by name; ``k`` overrides every arm's
+        passage count (context packing reads deeper than an arm's own ``k``).
         """
+        if k is not None:
+            k = _check_pos_int("search k", k)
         self._check_built()
         q = validate_queries(queries)
         selected = (
@@ -533,8 +577,8 @@ class Pool:
         )
         depth: dict[str, int] = {}
         for a in selected:
-            if a.retriever is not None:
-                depth[a.retriever] = max(depth.get(a.retriever, 0), a.first_stage_depth)
+            if a.retriever is not None and not a.is_packed:
+                depth[a.retriever] = max(depth.get(a.retriever, 0), a.first_stage_depth, k or 0)
         from tqdm.auto import tqdm
 
         first: dict[str, pd.DataFrame] = {}
@@ -544,9 +588,12 @@ class Pool:
         for a in tqdm(selected, disable=not show_progress, desc="arms"):
             if a.retriever is None:
                 continue
+            if a.is_packed:
+                frames.append(self._packed_rows(q, a))
+                continue
             fs = first[a.retriever]
-            cut = fs[fs["rank"] <= a.first_stage_depth]
-            res = self.reranker_for(a.name).rerank(q, cut, a.k)
+            cut = fs[fs["rank"] <= max(a.first_stage_depth, k or 0)]
+            res = self.reranker_for(a.name).rerank(q, cut, k or a.k)
             frames.append(res.assign(arm=a.name))
         if not frames or sum(len(f) for f in frames) == 0:
             return pd.DataFrame(
@@ -570,6 +617,17 @@ class Pool:
             )
         )
         return out.iloc[order][POOL_COLUMNS].reset_index(drop=True)
+
+    def _packed_rows(self, queries: pd.DataFrame, arm: Arm) -> pd.DataFrame:
+        from ltrr.context.rag import PackSpec, pack_results
+
+        count = self.count_tokens
+        if count is None:  # the packaged default generator's tokenizer
+            from ltrr.generation import make_generator
+
+            count = self.count_tokens = make_generator({}).count_tokens
+        spec = PackSpec.from_mapping(arm.pack or {}, f"arm {arm.name!r}.pack")
+        return pack_results(self, queries, arm.name, spec, count)
 
     def search_to_parquet(
         self,

@@ -228,17 +228,31 @@ class LTRRouter(Router):
         ranking = rank_scores(self.route_scores(raw, texts=texts), list(raw.arms))
         return ranking[["arm", "score", "rank"]].reset_index(drop=True)
 
-    def answer(self, question: str, generator=None, *, template: str = "short_answer") -> dict:
-        """Route, then answer with the top arm's passages (closed-book for no retrieval)."""
+    def answer(self, question: str, generator=None, *, template: str = "short_answer", packing=None) -> dict:
+        """Route, then answer with the top arm's passages (closed-book for no retrieval).
+
+        With ``packing`` (a `ltrr.context.rag.PackSpec`), the answer reads the passages of the
+        ``top_m`` best routed arms packed into ``packing.budget`` tokens instead; ``arm`` then
+        names the arms read, and ``context_tokens`` the packed context's length.
+        """
         from ltrr.generation import answer_with_fallback, make_generator
 
         ranking = self.route(question)
         arm = str(ranking["arm"].iloc[0])
-        res = self._last_results
-        passages = res[res["arm"] == arm].sort_values("rank")["text"].tolist()
         gen = generator or make_generator({})
+        tokens = None
+        if packing is not None and not self._pool().arm(arm).is_no_retrieval:
+            from ltrr.context.rag import pack_query
+
+            packed = pack_query(self._pool(), question, ranking["arm"].astype(str).tolist(), packing, gen.count_tokens)
+            passages, tokens = packed.passages["text"].tolist(), packed.tokens
+            arm = "+".join(dict.fromkeys(packed.passages["arm"])) or arm
+        else:
+            res = self._last_results
+            passages = res[res["arm"] == arm].sort_values("rank")["text"].tolist()
         out = answer_with_fallback(gen, template, question, passages or None)
-        return {"arm": arm, "answer": out.answer, "passages": passages, "ranking": ranking, "error": out.error}
+        return {"arm": arm, "answer": out.answer, "passages": passages, "ranking": ranking, "error": out.error,
+                "context_tokens": tokens}
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

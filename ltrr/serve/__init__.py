@@ -14,7 +14,7 @@ __all__ = ["RoutedRAG", "ServeSettings", "create_app", "serve"]
 
 
 def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
-          generator=None, template: str = "short_answer") -> None:
+          generator=None, template: str = "short_answer", packing=None) -> None:
     """Load the model folder and serve it until interrupted."""
     from ltrr._errors import MissingDependencyError
 
@@ -23,7 +23,7 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8000, settings: Ser
         import uvicorn
     except ImportError:
         raise MissingDependencyError("ltrr serve needs FastAPI and uvicorn: pip install 'ltrr[serve]'") from None
-    service = RoutedRAG(model_dir, generator=generator, template=template)
+    service = RoutedRAG(model_dir, generator=generator, template=template, packing=packing)
     service.warm()  # the first request must not pay for loading the models
     app = create_app(service, settings)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -40,10 +40,13 @@ class RoutedRAG:
         The answering model, or its config (default: the packaged generator).
     template : str
         Prompt template of the answers.
+    packing : PackSpec, optional
+        Context packing (``[generation] context_budget``, `ltrr.context.rag`): an answer reads the
+        top routed arms' passages packed into the budget instead of the top arm's.
     """
 
     def __init__(self, model_dir: str | Path, *, policies: list | None = None, generator: Any = None,
-                 template: str = "short_answer"):
+                 template: str = "short_answer", packing: Any = None):
         from ltrr.generation import load_template, make_generator
         from ltrr.routers.ltr import LTRRouter
 
@@ -71,6 +74,7 @@ class RoutedRAG:
         self.generator = generator if generator is not None and not isinstance(generator, dict) \
             else make_generator(generator or {})
         self.template = load_template(template)
+        self.packing = packing
 
     # ---- models -----------------------------------------------------------------------------
     def models(self) -> list[dict]:
@@ -108,6 +112,11 @@ class RoutedRAG:
             ranked = [(model, float("nan"))]
         arm = ranked[0][0]
         res = results[results["arm"] == arm].sort_values("rank")
+        if self.packing is not None and arm not in self.no_retrieval:
+            from ltrr.context.rag import pack_query
+
+            res = pack_query(self.pool, question, [a for a, _ in ranked], self.packing,
+                             self.generator.count_tokens).passages
         passages = [{"docid": str(d), "text": str(t)} for d, t in zip(res["docid"], res["text"], strict=True)]
         return {"model": model, "arm": arm, "cost": self.costs[arm],
                 "ranking": [{"arm": a, "score": None if not np.isfinite(s) else float(s), "rank": i + 1}

@@ -1,0 +1,50 @@
+"""`ltrr context pack`: the command-line face of `ltrr.context.evaluate`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from ltrr._errors import ConfigError
+
+
+def _budgets(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--budgets must be comma-separated integers, got {text!r}") from None
+    if not out or any(b < 0 for b in out):
+        raise ConfigError(f"--budgets must be integers >= 0, got {text!r}")
+    return out
+
+
+def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
+    """Register ``ltrr context`` on the CLI's subparsers."""
+    p = sub.add_parser("context", help="context routing: measure packed RAG contexts")
+    csub = p.add_subparsers(dest="context_command", metavar="ACTION", required=True)
+    k = csub.add_parser("pack", help="gold-evidence recall per token (and utility) of packed contexts on "
+                                     "the protocol's test part, against the routed arm's top-k")
+    k.add_argument("config")
+    k.add_argument("--budgets", default="128,256,512", help="token budgets, comma-separated (default 128,256,512)")
+    k.add_argument("--answer", action="store_true", help="also answer the packed contexts (generator, cached)")
+    k.add_argument("--ablations", action="store_true", help="add the budget and importance-signal ablations")
+    k.set_defaults(func=lambda a: _pack(a, log, out))
+
+
+def _pack(args: argparse.Namespace, log, out) -> int:
+    from ltrr.config import load_config
+    from ltrr.context.evaluate import evaluate_packing
+    from ltrr.context.rag import PackSpec
+    from ltrr.pipeline import Run
+
+    budgets = _budgets(args.budgets)
+    run = Run(load_config(args.config), log=log)
+    base = PackSpec.from_mapping({**run.config.context, "budget": budgets[0]}, "[context]")
+    doc = evaluate_packing(run, budgets, base=base, answer=args.answer, ablations=args.ablations)
+    out(f"router (the protocol's choice): {doc['router']}")
+    out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    if len(doc["gaps"]):
+        out("\noptimality gap against the exact knapsack (relative importance lost):")
+        out(doc["gaps"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    out(f"\ntables: {run.workdir / 'context'}")
+    return 0
