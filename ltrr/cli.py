@@ -352,8 +352,8 @@ def cmd_protocol(args: argparse.Namespace) -> int:
         _log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
         docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
                                  train_labels=p["train_labels"], feature_sets=p["feature_sets"] or None,
-                                 n_folds=p["n_folds"], routers=p["routers"],
-                                 replicate=replicate if seed == cfg.seed else None))
+                                 n_folds=p["n_folds"], routers=p["routers"], n_jobs=args.n_jobs or p["n_jobs"],
+                                 replicate=replicate if seed == cfg.seed else None, force=args.force))
     _out(protocol_summary(docs))
     return 0
 
@@ -525,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("protocol", help="the pre-registered headline: choose on the design part, test once")
     pr.add_argument("config")
+    pr.add_argument("--n-jobs", type=int, default=0,
+                    help="candidates cross-validated in parallel processes (default: [protocol] n_jobs)")
+    pr.add_argument("--force", action="store_true", help="redo seeds whose headline is up to date")
     pr.set_defaults(func=cmd_protocol)
 
     sv = sub.add_parser("serve", help="serve a trained router over an OpenAI-compatible HTTP API")

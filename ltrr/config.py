@@ -100,6 +100,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "n_folds": ((int,), 5),
         "routers": ((list,), []),  # more candidates as router specs, e.g. "knn:n_neighbors=50"
         "seeds": ((list,), []),  # more partition seeds: the headline's mean and sd over them
+        "n_jobs": ((int,), 1),  # candidates cross-validated in parallel processes (same result)
     },
     # the budgeted routing policy (ltrr.policy); `ltrr run` runs its stage when the config has
     # a [policy] table (enabled then defaults to true)

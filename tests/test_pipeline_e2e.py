@@ -264,8 +264,9 @@ def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
 
 
 def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monkeypatch):
-    """The same config and seed in separate processes with OMP_NUM_THREADS 1 and 2: the eval's
-    results.csv and the protocol's headline are byte-identical."""
+    """The same config and seed in separate processes with OMP_NUM_THREADS 1 and 2 (and the
+    protocol's candidates in 1 and 2 processes): the eval's results.csv and the protocol's
+    headline are identical; a re-run skips a seed whose inputs are unchanged."""
     import subprocess
     import sys
 
@@ -280,7 +281,7 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
     outputs = []
     for threads in ("1", "2"):
         env = {**os.environ, "OMP_NUM_THREADS": threads, "LTRR_DATA_DIR": str(root / "data")}
-        for cmd in (["eval", str(cfg), "--force"], ["protocol", str(cfg)]):
+        for cmd in (["eval", str(cfg), "--force"], ["protocol", str(cfg), "--force", "--n-jobs", threads]):
             proc = subprocess.run([sys.executable, "-m", "ltrr.cli", "-q", *cmd], cwd=root, env=env,
                                   capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, proc.stderr
@@ -288,8 +289,15 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
                         json.loads((root / "threads" / "protocol" / "seed-7" / "headline.json").read_text())))
     assert outputs[0][0] == outputs[1][0]
     h1, h2 = outputs[0][1], outputs[1][1]
-    h1["preregistration"].pop("design_seconds"), h2["preregistration"].pop("design_seconds")
+    for h in (h1, h2):
+        h["preregistration"].pop("design_seconds")
+        for c in h["preregistration"]["candidates"]:
+            c.pop("cv_seconds")
     assert h1 == h2
+    head = root / "threads" / "protocol" / "seed-7" / "headline.json"
+    before = head.stat().st_mtime_ns
+    assert main(["protocol", str(cfg)]) == 0
+    assert head.stat().st_mtime_ns == before  # skipped: inputs unchanged
 
 
 def test_label_shards_fill_the_cache_replicate_included(project, capsys, monkeypatch):

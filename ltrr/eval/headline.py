@@ -59,18 +59,53 @@ def _check_label_column(labels: pd.DataFrame, column: str) -> None:
                     f"{', '.join(c for c in labels.columns if c.endswith('gain') or c == 'utility')}")
 
 
-def _fit_predict(run, cand: dict, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
-    """Fit candidate ``cand`` on the ``train`` queries and score the arms of ``test``."""
-    if cand["ranker"] is not None:
-        router = run._router("ltrr", cand["ranker"]).set_params(label=cand["label"], features=cand["features"])
-    else:
-        from ltrr.routers import make_router
+def _inputs_fingerprint(run, labels: pd.DataFrame, replicate: pd.DataFrame | None, **settings) -> str:
+    """A hash of what a seed's headline depends on: labels, replicate, features, settings."""
+    import hashlib
 
-        router = make_router(cand["spec"])
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for df in (labels, replicate):
+        if df is not None:
+            h.update(str(int(pd.util.hash_pandas_object(df.astype(str), index=False).sum())).encode())
+    h.update(str(run._fingerprint_of("features")).encode())
+    return h.hexdigest()[:16]
+
+
+def _candidate_router(run, cand: dict):
+    """The unfitted router of candidate ``cand`` (an LTRRouter of the run, or a router spec)."""
+    if cand["ranker"] is not None:
+        return run._router("ltrr", cand["ranker"]).set_params(label=cand["label"], features=cand["features"])
+    from ltrr.routers import make_router
+
+    return make_router(cand["spec"])
+
+
+def _fit_predict_router(router, label: str, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
+    """Fit ``router`` on the ``train`` queries' ``label`` and score the arms of ``test``."""
     lab = labels_idx.loc[labels_idx.index.isin(set(train))].reset_index()
-    lab = lab[lab[cand["label"]].notna()]
+    lab = lab[lab[label].notna()]
     router.fit(raw.subset(train), lab)
     return router.route_scores(raw.subset(test)).pivot(index="qid", columns="arm", values="score")
+
+
+def _fit_predict(run, cand: dict, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
+    """Fit candidate ``cand`` on the ``train`` queries and score the arms of ``test``."""
+    return _fit_predict_router(_candidate_router(run, cand), cand["label"], raw, labels_idx, train, test)
+
+
+def _cv_candidate(router, cand: dict, raw, labels_idx: pd.DataFrame, folds) -> tuple[dict, float]:
+    """One candidate's predictions on every design fold (a joblib task), and its seconds."""
+    from sklearn.base import clone
+
+    t0 = time.perf_counter()
+    preds = {}
+    for f in folds:
+        try:
+            preds[f.name] = {cand["router"]: _fit_predict_router(clone(router), cand["label"], raw, labels_idx,
+                                                                 f.train, f.test)}
+        except LtrrError as exc:
+            raise type(exc)(f"protocol: {cand['router']} failed on design fold {f.name}: {exc}") from None
+    return preds, time.perf_counter() - t0
 
 
 def _candidates(rankers, train_labels, feature_sets, default_fs: str, router_specs) -> list[dict]:
@@ -109,6 +144,8 @@ def run_protocol(
     replicate: pd.DataFrame | None = None,
     out_dir: str | Path | None = None,
     n_resamples: int = 2000,
+    n_jobs: int = 1,
+    force: bool = False,
 ) -> dict:
     """Carry out the protocol on ``run`` (a `ltrr.pipeline.Run` with labels and features).
 
@@ -127,6 +164,12 @@ def run_protocol(
     replicate : DataFrame, optional
         Labels of an independent replicate (same queries and arms, another equivalent prompt)
         for the noise-corrected headroom.
+    n_jobs : int
+        Candidates cross-validated in parallel processes (joblib); the result does not depend
+        on it.
+    force : bool
+        Redo a seed whose ``headline.json`` was made from the same inputs (labels, replicate,
+        features and protocol settings); without it that headline is returned as it is.
     out_dir : path, optional
         Where ``preregistration.json`` and ``headline.json`` go (default
         ``<workdir>/protocol/seed-<seed>``).
@@ -140,13 +183,24 @@ def run_protocol(
     from ltrr.eval.routing import best_single_arm, utility_matrix
     from ltrr.eval.splits import Split
 
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
+        raise ConfigError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     seed = run.config.seed if seed is None else int(seed)
     labels, raw = run._inputs_for_training("protocol")
+    out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
+    inputs = _inputs_fingerprint(run, labels, replicate, design_size=design_size, seed=seed, rankers=list(rankers),
+                                 train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
+                                 feature_sets=list(feature_sets or []), n_resamples=n_resamples)
+    done = out_dir / "headline.json"
+    if not force and done.is_file():
+        old = json.loads(done.read_text())
+        if old.get("inputs") == inputs:
+            run.log(f"[protocol] seed {seed}: skipped, inputs unchanged ({done})")
+            return old
     U = utility_matrix(labels)
     nr = run._no_retrieval()[0]
     queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
     part = design_test_partition(queries, design_size=design_size, random_state=seed)
-    out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
     lab_idx = labels.set_index("qid")
     candidates = _candidates(rankers, train_labels, feature_sets, run.config.features["set"], routers)
     for cand in candidates:
@@ -156,14 +210,15 @@ def run_protocol(
     folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
     t0 = time.perf_counter()
     cv_rows, cv_preds = [], {}
-    for cand in candidates:
+    tasks = [(_candidate_router(run, cand), cand) for cand in candidates]
+    if n_jobs == 1:
+        fitted = [_cv_candidate(r, c, raw, lab_idx, folds) for r, c in tasks]
+    else:  # candidates in parallel processes: each fit is seeded, so the result is the same
+        from joblib import Parallel, delayed
+
+        fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(r, c, raw, lab_idx, folds) for r, c in tasks)
+    for cand, (preds, seconds) in zip(candidates, fitted, strict=True):
         name = cand["router"]
-        preds = {}
-        for f in folds:
-            try:
-                preds[f.name] = {name: _fit_predict(run, cand, raw, lab_idx, f.train, f.test)}
-            except LtrrError as exc:
-                raise type(exc)(f"protocol: {name} failed on design fold {f.name}: {exc}") from None
         ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
                              n_resamples=200, random_state=seed)
         row = ev.table[ev.table["pooled"]].iloc[0]
@@ -173,7 +228,8 @@ def run_protocol(
                         "features": cand["features"], "spec": cand["spec"],
                         "cv_mean_utility": float(row["mean_utility"]),
                         "cv_best_single": float(row["best_single_utility"]),
-                        "cv_headroom_captured": float(row["headroom_captured"])})
+                        "cv_headroom_captured": float(row["headroom_captured"]),
+                        "cv_seconds": round(seconds, 1)})
     chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
     pq = cv_preds[chosen["router"]]
     best = best_single_arm(U_design)
@@ -188,7 +244,16 @@ def run_protocol(
     # ---- the test part, once -----------------------------------------------------------------
     test = list(part.test)
     split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
-    preds = {c["router"]: _fit_predict(run, c, raw, lab_idx, part.train, test) for c in cv_rows}
+    by_name = {c["router"]: c for c in candidates}
+    if n_jobs == 1:
+        test_preds = [_fit_predict(run, by_name[c["router"]], raw, lab_idx, part.train, test) for c in cv_rows]
+    else:
+        from joblib import Parallel, delayed
+
+        test_preds = Parallel(n_jobs=n_jobs)(
+            delayed(_fit_predict_router)(_candidate_router(run, by_name[c["router"]]), c["label"], raw, lab_idx,
+                                         part.train, test) for c in cv_rows)
+    preds = {c["router"]: p for c, p in zip(cv_rows, test_preds, strict=True)}
     head = evaluate_splits(U, [split], {split.name: {chosen["router"]: preds[chosen["router"]]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
                            n_resamples=n_resamples, random_state=seed)
@@ -221,7 +286,7 @@ def run_protocol(
                                                                       n_resamples=n_resamples)}
     secondary = second.table[["router", "mean_utility", "headroom_captured", "p_value", "p_adjusted",
                               "improved", "degraded"]].to_dict(orient="records")
-    doc = {"preregistration": prereg, "headline": result, "secondary": secondary}
+    doc = {"preregistration": prereg, "headline": result, "secondary": secondary, "inputs": inputs}
     write_text_atomic(out_dir / "headline.json", json.dumps(doc, indent=2, default=float) + "\n")
     return doc
 
