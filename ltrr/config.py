@@ -59,6 +59,13 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "selector": ((str,), "knapsack"),  # greedy, greedy-skip or knapsack
         "prior": ((float,), 0.3),  # weight of the routed order, prior / (arm rank * passage rank)
         "weights": ((dict,), {}),  # importance weights: keyword, stage, recency, similarity, decay
+        # the multi-agent loop (ltrr.context.agents.LoopSpec; `ltrr context run`)
+        "base_budget": ((int,), 512),  # B in B_i = B + offset_i, each agent's token budget
+        "rounds": ((int,), 2),  # rounds of planner -> searcher -> answerer (1 to 3)
+        "max_subquestions": ((int,), 3),  # the planner's sub-questions per round
+        "strategies": ((list,), ["full-context", "static", "rcr-oneshot", "rcr-iterative"]),
+        "roles": ((dict,), {}),  # name -> {keywords, priorities, budget_offset}, over the default roles
+        "dedup_threshold": ((float,), 0.95),  # embedding cosine at which a new memory item is a duplicate
     },
     "labels": {
         "metric": ((str,), "f1"),
@@ -263,10 +270,12 @@ def validate(data: dict, source: str = "<dict>") -> Config:
         sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
         if sections["policy"]["enabled"] is None:
             sections["policy"]["enabled"] = "policy" in data
-        from ltrr.context.rag import PackSpec  # light: no heavy import
+        from ltrr.context.rag import PackSpec, pack_settings
+        from ltrr.context.strategies import LoopSpec  # light: no heavy import
 
-        PackSpec.from_mapping({**sections["context"], "budget": sections["generation"]["context_budget"]},
+        PackSpec.from_mapping({**pack_settings(sections["context"]), "budget": sections["generation"]["context_budget"]},
                               "[generation] context_budget / [context]")
+        LoopSpec.from_mapping(sections["context"], "[context]")
         for name in _MAP_SECTIONS:
             val = data.get(name, {})
             if not isinstance(val, dict) or not all(isinstance(v, dict) for v in val.values()):

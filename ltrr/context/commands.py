@@ -1,4 +1,5 @@
-"""`ltrr context pack`: the command-line face of `ltrr.context.evaluate`."""
+"""`ltrr context pack` and `ltrr context run`: the command-line faces of `ltrr.context.evaluate`
+and `ltrr.context.agents_eval`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def _budgets(text: str) -> list[int]:
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Register ``ltrr context`` on the CLI's subparsers."""
-    p = sub.add_parser("context", help="context routing: measure packed RAG contexts")
+    p = sub.add_parser("context", help="context routing: packed RAG contexts and the multi-agent loop")
     csub = p.add_subparsers(dest="context_command", metavar="ACTION", required=True)
     k = csub.add_parser("pack", help="gold-evidence recall per token (and utility) of packed contexts on "
                                      "the protocol's test part, against the routed arm's top-k")
@@ -29,22 +30,52 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     k.add_argument("--answer", action="store_true", help="also answer the packed contexts (generator, cached)")
     k.add_argument("--ablations", action="store_true", help="add the budget and importance-signal ablations")
     k.set_defaults(func=lambda a: _pack(a, log, out))
+    r = csub.add_parser("run", help="the multi-agent QA loop (planner, searcher, answerer) under each context "
+                                    "strategy, against full context and closed-book")
+    r.add_argument("config")
+    r.add_argument("--strategies", default=None,
+                   help="comma-separated, among full-context, static, rcr-oneshot, rcr-iterative "
+                        "(default: [context] strategies)")
+    r.add_argument("--questions", type=int, default=60, help="questions of the protocol's test part (default 60)")
+    r.add_argument("--rounds", type=int, default=None, help="rounds T, 1 to 3 (default: [context] rounds)")
+    r.add_argument("--budget", type=int, default=None, help="base token budget B (default: [context] base_budget)")
+    r.add_argument("--qtype", default=None, help="only questions of this query type")
+    r.set_defaults(func=lambda a: _run(a, log, out))
 
 
 def _pack(args: argparse.Namespace, log, out) -> int:
     from ltrr.config import load_config
     from ltrr.context.evaluate import evaluate_packing
-    from ltrr.context.rag import PackSpec
+    from ltrr.context.rag import PackSpec, pack_settings
     from ltrr.pipeline import Run
 
     budgets = _budgets(args.budgets)
     run = Run(load_config(args.config), log=log)
-    base = PackSpec.from_mapping({**run.config.context, "budget": budgets[0]}, "[context]")
+    base = PackSpec.from_mapping({**pack_settings(run.config.context), "budget": budgets[0]}, "[context]")
     doc = evaluate_packing(run, budgets, base=base, answer=args.answer, ablations=args.ablations)
     out(f"router (the protocol's choice): {doc['router']}")
     out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if len(doc["gaps"]):
         out("\noptimality gap against the exact knapsack (relative importance lost):")
         out(doc["gaps"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    out(f"\ntables: {run.workdir / 'context'}")
+    return 0
+
+
+def _run(args: argparse.Namespace, log, out) -> int:
+    from ltrr.config import load_config
+    from ltrr.context.agents_eval import run_context_agents
+    from ltrr.pipeline import Run
+
+    names = None
+    if args.strategies is not None:
+        names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+        if not names:
+            raise ConfigError(f"--strategies must name at least one strategy, got {args.strategies!r}")
+    run = Run(load_config(args.config), log=log)
+    doc = run_context_agents(run, strategy_names=names, n_questions=args.questions, rounds=args.rounds,
+                             budget=args.budget, qtype=args.qtype)
+    out(f"questions: {doc['source']}; router {doc['router']}; utility = {doc['metric']}")
+    out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     out(f"\ntables: {run.workdir / 'context'}")
     return 0

@@ -41,7 +41,7 @@ from ltrr._errors import ConfigError
 from ltrr.context.pack import PackResult, pack_passages
 from ltrr.context.select import ImportanceWeights, selectors
 
-__all__ = ["PackSpec", "pack_query", "pack_results", "packing_from_config"]
+__all__ = ["PackSpec", "pack_query", "pack_results", "pack_settings", "packing_from_config"]
 
 _WEIGHT_KEYS = ("keyword", "stage", "recency", "similarity", "decay")
 
@@ -107,12 +107,19 @@ class PackSpec:
                 "arms": list(self.arms)}
 
 
+def pack_settings(context: Mapping[str, Any] | None) -> dict:
+    """The `PackSpec` keys of a config's ``[context]`` table, which also holds the agent loop's
+    keys (`ltrr.context.agents.LoopSpec`); the config schema has already rejected unknown keys."""
+    names = {f.name for f in fields(PackSpec)}
+    return {k: v for k, v in dict(context or {}).items() if k in names}
+
+
 def packing_from_config(generation: Mapping[str, Any], context: Mapping[str, Any] | None) -> PackSpec | None:
     """The `PackSpec` of a run's config, or None when ``context_budget`` is 0 (no packing)."""
     budget = generation.get("context_budget", 0)
     if not budget:
         return None
-    return PackSpec.from_mapping({**dict(context or {}), "budget": budget}, "[generation] context_budget / [context]")
+    return PackSpec.from_mapping({**pack_settings(context), "budget": budget}, "[generation] context_budget / [context]")
 
 
 def _embedder(pool) -> tuple[Callable[[str], np.ndarray], Callable[[list[str], list[str]], np.ndarray]]:
