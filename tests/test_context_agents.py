@@ -1,0 +1,376 @@
+"""The multi-agent QA loop of context routing: strategies, budgets, memory updates, the CLI.
+
+Unit tests run the loop with a deterministic fake LLM, a fake router and a bag-of-words
+embedder (no model download); the slow test runs `ltrr run` then `ltrr context run` on a tiny
+dataset with the "test-last-doc" reader of tests/test_pipeline_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import ltrr.context.agents as agents_mod
+from ltrr._errors import ConfigError, DataError
+from ltrr.config import validate
+from ltrr.context import DEFAULT_ROLES, ContextLoop, LoopSpec, Memory, RoutedSearch, strategies
+from ltrr.context.agents import STRATEGIES, parse_subquestions
+from ltrr.context.agents_eval import compare_strategies, score_answers, summarise
+from ltrr.generation.base import Generation, Generator
+
+
+class FakeLLM(Generator):
+    """Plans two sub-questions; answers with the number of documents it was shown."""
+
+    backend = "fake-agents"
+    identity = "fake-agents-1"
+
+    def generate(self, prompts, params=None):
+        out = []
+        for p in prompts:
+            text = p if isinstance(p, str) else "\n".join(m["content"] for m in p)
+            if "sub-questions" in text:
+                q = text.rsplit("Question:", 1)[1].split("\n")[0]
+                w = q.split()[-1].strip("?")
+                out.append(Generation(text=f"1. Who discovered {w}?\n- Where is {w} located?\nok",
+                                      prompt_tokens=len(text.split())))
+            else:
+                out.append(Generation(text=f"answer{text.count('Document ')}", prompt_tokens=len(text.split()),
+                                      completion_tokens=1))
+        return out
+
+
+class FakeRouter:
+    """Sends "who" questions to bm25 (three passages, one shared by every question), others to none."""
+
+    def route(self, question):
+        w = question.split()[-1].strip("?").lower()
+        arm = "bm25" if question.lower().startswith("who") else "none"
+        texts = [f"{w} was born in a small town long ago",
+                 f"many painters and writers admired {w} during a long career of several decades spent abroad"]
+        rows = [{"qid": "q0", "arm": "bm25", "rank": r, "docid": f"{w}-{r}", "score": -r, "text": t}
+                for r, t in enumerate(texts, start=1)]
+        rows.append({"qid": "q0", "arm": "bm25", "rank": 3, "docid": "shared", "score": -3.0,
+                     "text": "a passage every search returns about capitals and rivers"})
+        self._last_results = pd.DataFrame(rows)
+        arms = [arm, "none" if arm == "bm25" else "bm25"]
+        return pd.DataFrame({"arm": arms, "score": [1.0, 0.0], "rank": [1, 2]})
+
+
+class BowEmbedder:
+    """Deterministic bag-of-words vectors (crc32 buckets), the passage and query sides alike."""
+
+    def texts(self, texts):
+        out = np.zeros((len(texts), 64))
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                out[i, zlib.crc32(w.encode()) % 64] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+    def passages(self, docids, texts):
+        return self.texts(texts)
+
+
+def _loop(strategy, spec=None, **kw):
+    return ContextLoop(FakeLLM(), search=RoutedSearch(FakeRouter()), strategy=strategy,
+                       spec=(spec or LoopSpec(**kw)).validate(), embedder=BowEmbedder())
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Every (agent turn, items it read) of the loop, recorded around `Agent.read`."""
+    seen = []
+    original = agents_mod.Agent.read
+
+    def spy(self, ep, goal):
+        chosen, turn = original(self, ep, goal)
+        seen.append((turn, list(chosen), list(ep.memory.items)))
+        return chosen, turn
+
+    monkeypatch.setattr(agents_mod.Agent, "read", spy)
+    return seen
+
+
+def test_registry_and_every_strategy_runs_with_token_accounting():
+    assert strategies.names() == sorted(STRATEGIES)
+    for name in STRATEGIES:
+        res = _loop(name, rounds=2, base_budget=200).answer("what is the capital of paris?")
+        assert res.answer and res.answer.startswith("answer") and res.error is None
+        assert res.rounds == (1 if name == "rcr-oneshot" else 2)
+        assert res.subquestions == ["Who discovered paris?", "Where is paris located?"]
+        assert res.arms == ["bm25", "none"] * res.rounds
+        row = res.to_row()
+        per_agent = [row[f"prompt_tokens_{a}"] for a in ("planner", "searcher", "answerer")]
+        assert all(t > 0 for t in per_agent) and sum(per_agent) == row["prompt_tokens"] == res.prompt_tokens()
+        assert row["prompt_tokens"] == sum(t.prompt_tokens for t in res.turns)
+        # one call per agent per round; the searcher one per sub-question
+        assert [t.agent for t in res.turns] == ["planner", "searcher", "searcher", "answerer"] * res.rounds
+        assert json.loads(row["turns"])[0]["agent"] == "planner"
+
+
+def test_budgeted_strategies_never_exceed_the_budget_and_full_context_reads_everything(reads):
+    spec = LoopSpec.from_mapping({"rounds": 3, "base_budget": 24, "roles": {"answerer": {"budget_offset": 0}}})
+    budgets = {a: spec.budget(a) for a in ("planner", "searcher", "answerer")}
+    assert budgets == {"planner": 0, "searcher": 24, "answerer": 24}
+    count = FakeLLM().count_tokens
+    for name in ("static", "rcr-oneshot", "rcr-iterative"):
+        reads.clear()
+        _loop(name, spec).answer("who is the painter leonardo?")
+        assert reads
+        for turn, chosen, _ in reads:
+            assert turn.budget == budgets[turn.agent]
+            assert sum(count(it.text) for it in chosen) == sum(it.tokens for it in chosen) == turn.selected_tokens
+            assert turn.selected_tokens <= turn.budget
+        assert any(len(chosen) < len(memory) for _, chosen, memory in reads)  # the budget did cut
+    reads.clear()
+    res = _loop("full-context", spec).answer("who is the painter leonardo?")
+    for turn, chosen, memory in reads:
+        assert turn.budget is None and [it.id for it in chosen] == [it.id for it in memory]
+    assert max(t.selected_tokens for t in res.turns) > budgets["answerer"]  # more than any budget allows
+
+
+def test_static_slice_takes_the_top_kinds_most_recent_first():
+    from ltrr.context import MemoryItem
+    from ltrr.context.select import DEFAULT_ROLES
+
+    items = [MemoryItem(f"m{i}", kind, f"t{i}", round=r, tokens=10)
+             for i, (kind, r) in enumerate([("passage", 1), ("fact", 1), ("passage", 2), ("plan", 2), ("passage", 3)])]
+    static = strategies.get("static")
+    got = static.choose(items, role=DEFAULT_ROLES["searcher"], stage="search", budget=25, round=3, goal="g",
+                        goal_embedding=None, spec=LoopSpec())
+    assert [it.id for it in got] == ["m2", "m4"]  # passages first (priority 1.0), the newest two fit
+
+
+def test_a_budget_smaller_than_every_item_gives_recorded_empty_contexts():
+    spec = LoopSpec.from_mapping({"base_budget": 0, "roles": {"answerer": {"budget_offset": 0}}})
+    res = ContextLoop(FakeLLM(), search=RoutedSearch(FakeRouter()), strategy="rcr-iterative", spec=spec).answer(
+        "who is the painter leonardo?")
+    assert res.answer == "answer0"  # every call read nothing: the no-retrieval prompt
+    assert all(not t.selected for t in res.turns)
+    empty = res.empty_turns
+    assert empty and all("smaller than every memory item" in t.empty_reason for t in empty)
+    row = res.to_row()
+    assert row["empty_contexts"] == len(empty) and "budget of 0 tokens" in row["empty_note"]
+    assert res.turns[0].empty_reason is None  # the first plan reads an empty memory: nothing to record
+
+
+def test_unknown_strategy_role_and_bad_settings_are_config_errors():
+    with pytest.raises(ConfigError, match="unknown context strategy 'nope'; choose one of: full-context, "
+                                          "rcr-iterative, rcr-oneshot, static"):
+        _loop("nope").answer("who is it?")
+    with pytest.raises(ConfigError, match="unknown role 'critic'; roles: answerer, planner, searcher"):
+        LoopSpec(agent_roles={"planner": "critic", "searcher": "searcher", "answerer": "answerer"}).validate()
+    critic = LoopSpec.from_mapping({"roles": {"critic": {"keywords": ["why"], "budget_offset": 64,
+                                                         "priorities": {"plan": {"fact": 1.0}}},
+                                              "planner": {"budget_offset": 0}}})
+    assert critic.roles["critic"].budget_offset == 64 and critic.budget("planner") == 512
+    assert critic.roles["planner"].keywords == DEFAULT_ROLES["planner"].keywords  # merged over the default
+    with pytest.raises(ConfigError, match=r"\[context\].roles.critic must be a table with keys among"):
+        LoopSpec.from_mapping({"roles": {"critic": {"colour": 1}}})
+    with pytest.raises(ConfigError, match=r"priorities: stages are plan, search, answer"):
+        LoopSpec.from_mapping({"roles": {"critic": {"priorities": {"review": {"fact": 1}}}}})
+    base = {"run": {"name": "x"}, "data": {"dataset": "demo"}, "arms": [{"name": "none", "retriever": "none"}]}
+    cfg = validate({**base, "generation": {"context_budget": 256}})
+    assert cfg.context["rounds"] == 2 and cfg.context["strategies"] == list(STRATEGIES)
+    from ltrr.context.rag import packing_from_config
+
+    assert packing_from_config(cfg.generation, cfg.context).budget == 256  # the loop's keys do not reach PackSpec
+    assert LoopSpec.from_mapping(cfg.context).base_budget == 512
+    with pytest.raises(ConfigError, match=r"\[context\].rounds must be an integer from 1 to 3, got 4"):
+        validate({**base, "context": {"rounds": 4}})
+    with pytest.raises(ConfigError, match="unknown context strategy 'best'"):
+        validate({**base, "context": {"strategies": ["static", "best"]}})
+    with pytest.raises(ConfigError, match=r"dedup_threshold must be a number in \(0, 1\]"):
+        validate({**base, "context": {"dedup_threshold": 1.5}})
+    with pytest.raises(ConfigError, match=r"\[context\].selector: unknown selector"):
+        validate({**base, "context": {"selector": "best"}})
+
+
+def test_fact_replacement_across_rounds_is_logged_and_duplicates_dropped():
+    res = _loop("full-context", rounds=2).answer("who is the painter leonardo?")
+    log = "\n".join(res.memory.log)
+    assert "round 2: fact 'Who discovered leonardo?' replaced" in log
+    assert "round 2: dropped r2-s0-passage-0 as a near-duplicate of r1-s0-passage-0" in log  # the same search again
+    facts = [it for it in res.memory.items if it.kind == "fact"]
+    assert sorted(it.key for it in facts) == ["Where is leonardo located?", "Who discovered leonardo?"]
+    assert all(it.round == 2 for it in facts)
+    passages = [it.text for it in res.memory.items if it.kind == "passage"]
+    assert len(passages) == len(set(passages)) == 3
+    # the memory round-trips through YAML; malformed YAML is a DataError
+    again = Memory.from_yaml(res.memory.to_yaml())
+    assert [it.to_dict() for it in again.items] == [it.to_dict() for it in res.memory.items]
+    with pytest.raises(DataError, match="memory YAML is malformed"):
+        Memory.from_yaml("items: [")
+
+
+def test_parse_subquestions_is_robust():
+    assert parse_subquestions("Sub-questions:\n1) Who wrote it? 2) When?  When was it written?\n\n* who wrote it?",
+                              "Q?", 3) == ["Who wrote it?", "When was it written?"]
+    assert parse_subquestions("", "What is it?", 2) == ["What is it?"]
+    assert parse_subquestions("a b?\nc d?\ne f?", "q", 2) == ["a b?", "c d?"]
+
+
+def _questions():
+    return pd.DataFrame({"qid": ["q1", "q2", "q3"], "qtype": ["a", "b", "a"],
+                         "question": ["who is the painter leonardo?", "where is the river nile?", "who climbed everest?"],
+                         "answers": [["answer3"], ["nile"], ["answer5"]]})
+
+
+def test_compare_strategies_twice_gives_identical_outputs_and_scores():
+    q = _questions()
+    runs = [compare_strategies(q, generator=FakeLLM(), search=RoutedSearch(FakeRouter()),
+                               spec=LoopSpec(rounds=2, base_budget=64), embedder=BowEmbedder()) for _ in range(2)]
+    a, b = (r.drop(columns="runtime_s") for r in runs)
+    pd.testing.assert_frame_equal(a, b)
+    assert a["strategy"].tolist() == (["closed-book", *STRATEGIES]) * 3
+    assert a.loc[a["strategy"] == "closed-book", "answer"].eq("answer0").all()
+    scored = score_answers(runs[0], dict(zip(q["qid"], q["answers"], strict=True)), metric="em")
+    assert {"contains", "f1", "em", "utility"} <= set(scored.columns) and "aqs" not in scored.columns
+    assert scored["utility"].equals(scored["em"]) and scored["em"].between(0, 1).all()
+    table = summarise(scored)
+    assert table["strategy"].tolist() == ["closed-book", *STRATEGIES]
+    full = table.set_index("strategy").loc["full-context"]
+    assert full["token_saving"] == 0.0
+    rcr = table.set_index("strategy").loc["rcr-iterative"]
+    assert rcr["prompt_tokens"] < full["prompt_tokens"] and 0 < rcr["token_saving"] < 1
+    per_agent = table[[f"prompt_tokens_{a}" for a in ("planner", "searcher", "answerer")]].sum(axis=1)
+    assert np.allclose(per_agent[table["strategy"] != "closed-book"],
+                       table.loc[table["strategy"] != "closed-book", "prompt_tokens"])
+
+
+def _synthetic(full, rcr, closed):
+    rows = []
+    for s, vals in (("closed-book", closed), ("full-context", full), ("rcr-iterative", rcr)):
+        for i, v in enumerate(vals):
+            rows.append({"qid": f"q{i}", "strategy": s, "utility": v, "rounds": 2, "runtime_s": 0.1,
+                         "prompt_tokens": 100 if s == "full-context" else 40,
+                         **{f"prompt_tokens_{a}": 10 for a in ("planner", "searcher", "answerer")},
+                         "empty_contexts": 0, "error": None})
+    return pd.DataFrame(rows)
+
+
+def test_noninferiority_and_the_inconclusive_label():
+    rng = np.random.default_rng(0)
+    full = rng.uniform(0.6, 1.0, 30)
+    t = summarise(_synthetic(full, full - rng.uniform(0, 0.01, 30), np.zeros(30))).set_index("strategy")
+    assert t.loc["full-context", "comparison"] == "beats closed-book" and t.loc["full-context", "p_vs_closed_book"] < 0.05
+    assert t.loc["rcr-iterative", "comparison"] == "non-inferior" and t.loc["rcr-iterative", "p_noninferior"] < 0.05
+    assert t.loc["rcr-iterative", "token_saving"] == pytest.approx(0.6)
+    worse = summarise(_synthetic(full, full - 0.3, np.zeros(30))).set_index("strategy")
+    assert worse.loc["rcr-iterative", "comparison"] == "not non-inferior"
+    same = summarise(_synthetic(full, full, full)).set_index("strategy")  # context does not help
+    assert same.loc["full-context", "comparison"] == "inconclusive"
+    assert same.loc["rcr-iterative", "comparison"] == "inconclusive"
+
+
+# ---- end to end --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    from test_pipeline_e2e import _dataset, _register_reader
+
+    root = tmp_path_factory.mktemp("agents")
+    _register_reader()
+    old, cwd = os.environ.get("LTRR_DATA_DIR"), os.getcwd()
+    os.environ["LTRR_DATA_DIR"] = str(root / "data")
+    os.chdir(root)
+    yield root, _dataset(root)
+    os.chdir(cwd)
+    if old is None:
+        os.environ.pop("LTRR_DATA_DIR", None)
+    else:
+        os.environ["LTRR_DATA_DIR"] = old
+
+
+def _config(root: Path, ds: Path, name: str) -> Path:
+    cfg = root / f"{name}.toml"
+    cfg.write_text(f"""
+[run]
+name = "{name}"
+seed = 7
+workdir = "{root / name}"
+[data]
+dataset = "{ds}"
+[retrievers.bm25]
+type = "bm25"
+[[arms]]
+name = "bm25"
+retriever = "bm25"
+k = 3
+[[arms]]
+name = "bm25-top1"
+retriever = "bm25"
+k = 1
+cost = 0.5
+[[arms]]
+name = "none"
+retriever = "none"
+[generation]
+backend = "test-last-doc"
+max_new_tokens = 8
+cache = "{root / 'cache.sqlite'}"
+[labels]
+metric = "f1"
+noise_floor_arm = "bm25"
+[train]
+rankers = ["lambdamart-listwise"]
+[eval]
+splits = ["balanced"]
+n_bootstrap = 50
+[context]
+base_budget = 96
+""")
+    return cfg
+
+
+@pytest.mark.slow
+def test_context_run_cli_end_to_end(project, capsys):
+    from ltrr.cli import main
+
+    root, ds = project
+    cfg = _config(root, ds, "ag")
+    assert main(["context", "run", str(cfg)]) == 2  # no trained router yet
+    assert "ltrr train" in capsys.readouterr().err
+    assert main(["run", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["context", "run", str(cfg), "--questions", "6", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "questions: the first queries by qid" in out and "rcr-iterative" in out and "token_saving" in out
+    per_query = pd.read_parquet(root / "ag" / "context" / "agents_per_query.parquet")
+    table = pd.read_csv(root / "ag" / "context" / "agents.csv")
+    assert per_query["qid"].nunique() == 6 and sorted(per_query["qid"].unique()) == [f"q{i:02d}" for i in range(6)]
+    assert sorted(per_query["strategy"].unique()) == sorted(["closed-book", *STRATEGIES])
+    for col in ("strategy", "questions", "rounds", "runtime_s", "prompt_tokens", "prompt_tokens_planner",
+                "prompt_tokens_searcher", "prompt_tokens_answerer", "contains", "f1", "em", "utility",
+                "token_saving", "delta_utility", "p_vs_closed_book", "p_noninferior", "comparison"):
+        assert col in table.columns, col
+    assert "aqs" not in table.columns
+    t = table.set_index("strategy")
+    assert t.loc["rcr-oneshot", "rounds"] == 1 and t.loc["rcr-iterative", "rounds"] == 2
+    assert (t["questions"] == 6).all() and t.loc["full-context", "token_saving"] == 0
+    agents = per_query[per_query["strategy"] != "closed-book"]
+    assert (agents[[f"prompt_tokens_{a}" for a in ("planner", "searcher", "answerer")]].sum(axis=1)
+            == agents["prompt_tokens"]).all()
+    assert set("|".join(agents["arms"]).split("|")) <= {"bm25", "bm25-top1", "none"}
+    assert main(["context", "run", str(cfg), "--strategies", "static,best"]) == 2
+    assert "unknown context strategy 'best'" in capsys.readouterr().err
+    # with the protocol's preregistration, the questions come from its test part
+    from ltrr.config import load_config
+    from ltrr.eval.protocol import design_test_partition
+    from ltrr.pipeline import Run
+
+    prereg = root / "ag" / "protocol" / "seed-7" / "preregistration.json"
+    prereg.parent.mkdir(parents=True)
+    prereg.write_text(json.dumps({"design_size": 0.7, "router": "ltrr:lambdamart-listwise"}))
+    assert main(["context", "run", str(cfg), "--questions", "3", "--rounds", "1", "--strategies",
+                 "rcr-iterative,full-context"]) == 0
+    assert "questions: the protocol's test part (seed 7)" in capsys.readouterr().out
+    test = design_test_partition(Run(load_config(str(cfg))).dataset.queries, design_size=0.7, random_state=7).test
+    got = pd.read_parquet(root / "ag" / "context" / "agents_per_query.parquet")
+    assert sorted(got["qid"].unique()) == sorted(test)[:3]
+    assert sorted(got["strategy"].unique()) == ["closed-book", "full-context", "rcr-iterative"]
