@@ -20,8 +20,8 @@ from ltrr.context import (
     importance,
     knapsack,
     role_by_name,
-    select,
 )
+from ltrr.context.select import select
 
 costs = st.lists(st.integers(0, 60), min_size=0, max_size=9)
 

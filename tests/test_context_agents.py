@@ -19,9 +19,10 @@ import pytest
 import ltrr.context.agents as agents_mod
 from ltrr._errors import ConfigError, DataError
 from ltrr.config import validate
-from ltrr.context import DEFAULT_ROLES, ContextLoop, LoopSpec, Memory, RoutedSearch, strategies
+from ltrr.context import DEFAULT_ROLES, ContextLoop, LoopSpec, Memory, RoutedSearch
 from ltrr.context.agents import STRATEGIES, parse_subquestions
 from ltrr.context.agents_eval import compare_strategies, score_answers, summarise
+from ltrr.context.strategies import strategies
 from ltrr.generation.base import Generation, Generator
 
 
