@@ -270,11 +270,10 @@ def validate(data: dict, source: str = "<dict>") -> Config:
         sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
         if sections["policy"]["enabled"] is None:
             sections["policy"]["enabled"] = "policy" in data
-        from ltrr.context.rag import PackSpec, pack_settings
+        from ltrr.context.rag import pack_spec
         from ltrr.context.strategies import LoopSpec  # light: no heavy import
 
-        PackSpec.from_mapping({**pack_settings(sections["context"]), "budget": sections["generation"]["context_budget"]},
-                              "[generation] context_budget / [context]")
+        pack_spec(sections["context"], sections["generation"]["context_budget"])
         LoopSpec.from_mapping(sections["context"], "[context]")
         for name in _MAP_SECTIONS:
             val = data.get(name, {})

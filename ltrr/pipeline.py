@@ -58,6 +58,7 @@ class Run(ReplicateAndExport):
         self.log = log
         self._dataset: Dataset | None = None
         self._pool = None
+        self._token_generator = None  # counts a packed arm's tokens (set with the pool)
 
     # ---- paths ---------------------------------------------------------------------------
     @property
@@ -115,7 +116,8 @@ class Run(ReplicateAndExport):
         if self._pool is None:
             self._pool = self.config.make_pool()
             if any(a.is_packed for a in self._pool.arms):  # packed arms count the run generator's tokens
-                self._pool.count_tokens = self.make_generator(use_cache=False).count_tokens
+                self._token_generator = self.make_generator(use_cache=False)
+                self._pool.count_tokens = self._token_generator.count_tokens
         return self._pool
 
     # ---- stages --------------------------------------------------------------------------
@@ -156,8 +158,8 @@ class Run(ReplicateAndExport):
             "dataset": str(self.dataset_path.resolve()),
             "meta": _read_meta(self.dataset_path),
         }
-        if any(a.is_packed for a in self.pool.arms):  # a packed arm's passages depend on the tokenizer
-            inputs["tokenizer"] = self.make_generator(use_cache=False).generator.identity
+        if self._token_generator is not None:  # a packed arm's passages depend on the tokenizer
+            inputs["tokenizer"] = self._token_generator.generator.identity
         fp = _hash(inputs)
         if not force and self._fresh("retrieve", fp, [self.results_path]):
             self.log(f"[retrieve] skipped: inputs unchanged, results in {self.results_path}")

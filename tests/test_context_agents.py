@@ -8,7 +8,6 @@ dataset with the "test-last-doc" reader of tests/test_pipeline_e2e.py.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from pathlib import Path
 
@@ -277,59 +276,27 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("agents")
     _register_reader()
-    old, cwd = os.environ.get("LTRR_DATA_DIR"), os.getcwd()
-    os.environ["LTRR_DATA_DIR"] = str(root / "data")
-    os.chdir(root)
-    yield root, _dataset(root)
-    os.chdir(cwd)
-    if old is None:
-        os.environ.pop("LTRR_DATA_DIR", None)
-    else:
-        os.environ["LTRR_DATA_DIR"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LTRR_DATA_DIR", str(root / "data"))
+        mp.chdir(root)
+        yield root, _dataset(root)
 
 
 def _config(root: Path, ds: Path, name: str) -> Path:
-    cfg = root / f"{name}.toml"
-    cfg.write_text(f"""
-[run]
-name = "{name}"
-seed = 7
-workdir = "{root / name}"
-[data]
-dataset = "{ds}"
-[retrievers.bm25]
-type = "bm25"
-[[arms]]
-name = "bm25"
-retriever = "bm25"
-k = 3
-[[arms]]
-name = "bm25-top1"
-retriever = "bm25"
-k = 1
-cost = 0.5
-[[arms]]
-name = "none"
-retriever = "none"
-[generation]
-backend = "test-last-doc"
-max_new_tokens = 8
-cache = "{root / 'cache.sqlite'}"
-[labels]
-metric = "f1"
-noise_floor_arm = "bm25"
-[train]
-rankers = ["lambdamart-listwise"]
-[eval]
-splits = ["balanced"]
-n_bootstrap = 50
-[context]
-base_budget = 96
-""")
+    """The end-to-end run's config (tests/test_pipeline_e2e.py, dataset ``ds``), one ranker, the
+    balanced split, and the loop's base budget."""
+    from test_pipeline_e2e import _config as e2e_config
+
+    cfg = e2e_config(root, name, root / "unused", 7)
+    text = cfg.read_text().replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
+                                   'rankers = ["lambdamart-listwise"]')
+    text = text.replace('splits = ["balanced", "leave-one-type-out"]\nn_bootstrap = 200',
+                        'splits = ["balanced"]\nn_bootstrap = 50')
+    assert f'dataset = "{ds}"' in text
+    cfg.write_text(text + "[context]\nbase_budget = 96\n")
     return cfg
 
 
-@pytest.mark.slow
 def test_context_run_cli_end_to_end(project, capsys):
     from ltrr.cli import main
 

@@ -23,9 +23,9 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("dist")
     save_tiny_llm(root / "tiny", seed=0)
-    old, cwd = os.environ.get("LTRR_DATA_DIR"), os.getcwd()
-    os.environ["LTRR_DATA_DIR"] = str(root / "data")
-    os.chdir(root)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LTRR_DATA_DIR", str(root / "data"))
+    mp.chdir(root)
     ds = _dataset(root)
 
     def config(name: str) -> str:
@@ -65,11 +65,7 @@ noise_floor = false
         return str(path)
 
     yield root, config
-    os.chdir(cwd)
-    if old is None:
-        os.environ.pop("LTRR_DATA_DIR", None)
-    else:
-        os.environ["LTRR_DATA_DIR"] = old
+    mp.undo()
 
 
 def test_two_workers_from_an_empty_cache_give_identical_labels(project, capsys):

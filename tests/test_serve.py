@@ -52,26 +52,18 @@ class Live:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A small run (bm25 arms and no retrieval) with its trained LTR router."""
-    import os
-
     from test_pipeline_e2e import _config, _register_reader
 
     root = tmp_path_factory.mktemp("serve")
     _register_reader()
-    old = os.environ.get("LTRR_DATA_DIR")
-    os.environ["LTRR_DATA_DIR"] = str(root / "data")
-    cwd = os.getcwd()
-    os.chdir(root)
-    cfg = _config(root, "srv", root / "unused", 7)
-    cfg.write_text(cfg.read_text().replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
-                                           'rankers = ["lambdamart-listwise"]'))
-    assert main(["run", str(cfg)]) == 0
-    yield root, cfg, root / "srv" / "models" / "lambdamart-listwise"
-    os.chdir(cwd)
-    if old is None:
-        os.environ.pop("LTRR_DATA_DIR", None)
-    else:
-        os.environ["LTRR_DATA_DIR"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LTRR_DATA_DIR", str(root / "data"))
+        mp.chdir(root)
+        cfg = _config(root, "srv", root / "unused", 7)
+        cfg.write_text(cfg.read_text().replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
+                                               'rankers = ["lambdamart-listwise"]'))
+        assert main(["run", str(cfg)]) == 0
+        yield root, cfg, root / "srv" / "models" / "lambdamart-listwise"
 
 
 @pytest.fixture(scope="module")

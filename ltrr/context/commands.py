@@ -46,12 +46,12 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
 def _pack(args: argparse.Namespace, log, out) -> int:
     from ltrr.config import load_config
     from ltrr.context.evaluate import evaluate_packing
-    from ltrr.context.rag import PackSpec, pack_settings
+    from ltrr.context.rag import pack_spec
     from ltrr.pipeline import Run
 
     budgets = _budgets(args.budgets)
     run = Run(load_config(args.config), log=log)
-    base = PackSpec.from_mapping({**pack_settings(run.config.context), "budget": budgets[0]}, "[context]")
+    base = pack_spec(run.config.context, budgets[0], "[context]")
     doc = evaluate_packing(run, budgets, base=base, answer=args.answer, ablations=args.ablations)
     out(f"router (the protocol's choice): {doc['router']}")
     out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ltrr._errors import NotBuiltError
-from ltrr.context.pack import evidence_recall, pack_passages
-from ltrr.context.rag import PackSpec
+from ltrr.context.pack import evidence_recall
+from ltrr.context.rag import PackSpec, pack_query, question_embeddings
 
 __all__ = ["evaluate_packing", "routed_test_order", "ABLATION_BUDGETS", "SIGNALS"]
 
@@ -40,8 +40,9 @@ ABLATION_BUDGETS = (256, 512, 1024, 2048)
 SIGNALS = ("keyword", "stage", "recency", "similarity", "prior")
 
 
-def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[str, list[str]], dict]:
-    """The protocol's test queries and, for each, the arms in the chosen router's order.
+def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[str, list[str]], dict, pd.DataFrame]:
+    """The protocol's test queries, for each the arms in the chosen router's order, the
+    preregistration, and the labels.
 
     The router is the one ``preregistration.json`` names, trained on the design part.
     """
@@ -61,7 +62,7 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
     test = list(part.test)
     scores = _fit_predict(run, cand, raw, labels.set_index("qid"), part.train, test)
     order = {qid: sorted(scores.columns, key=lambda a, r=scores.loc[qid]: (-float(r[a]), str(a))) for qid in test}
-    return test, order, prereg
+    return test, order, prereg, labels
 
 
 def _ablation_specs(base: PackSpec, budgets: Sequence[int]) -> list[tuple[str, PackSpec]]:
@@ -85,7 +86,7 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
     from ltrr.data.io import write_table_atomic, write_text_atomic
 
     base = base or PackSpec(budget=int(budgets[0]))
-    test, order, prereg = routed_test_order(run, seed=seed)
+    test, order, prereg, labels = routed_test_order(run, seed=seed)
     pool = run.pool
     pool.load(run.index_dir)
     ds = run.dataset
@@ -106,10 +107,7 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
             tok_cache[text] = int(gen.count_tokens(text))
         return tok_cache[text]
 
-    from ltrr.embed import get_encoder
-
-    src = pool.embedding_source()
-    qvecs = get_encoder(src.encoder_name).encode_queries(qdf["question"].tolist())
+    qvecs = question_embeddings(pool, qdf["question"].tolist())
     specs = [(f"packed@{b}/{s}", replace(base, budget=int(b), selector=s)) for b in budgets for s in selectors]
     if ablations:
         specs += _ablation_specs(base, budgets)
@@ -127,14 +125,10 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
         rows.append(row)
         arms = [a for a in order[qid] if a in retrieving]
         cand = deep_by_q.get(qid, deep.iloc[:0])
+        if closed:  # closed-book routing reads no context, packed or not
+            cand = cand.iloc[:0]
         for name, spec in specs:
-            if closed:
-                res = pack_passages(cand.iloc[:0], arms, budget=spec.budget, top_m=spec.top_m, count_tokens=count)
-            else:
-                res = pack_passages(cand[cand["rank"] <= spec.depth], arms, budget=spec.budget, top_m=spec.top_m,
-                                    count_tokens=count, question_embedding=qvecs[i], embeddings=src.get,
-                                    selector=spec.selector, prior=spec.prior, weights=spec.weights,
-                                    question=qtext[qid])
+            res = pack_query(pool, qtext[qid], arms, spec, count, results=cand, question_embedding=qvecs[i])
             rows.append({"qid": qid, "routed_arm": top, "context": name, "tokens": res.tokens,
                          "importance": res.importance, "empty": bool(len(res.passages) == 0),
                          **_recall(res.passages["docid"], gold.get(qid), res.tokens)})
@@ -144,7 +138,7 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
                                         "text": p.text})
     per_query = pd.DataFrame(rows)
     if answer:
-        per_query = _with_utility(run, per_query, packed_rows, test, order, gen)
+        per_query = _with_utility(run, per_query, packed_rows, test, order, gen, labels)
     table = _table(per_query)
     gaps = _gaps(per_query, budgets, selectors)
     out = Path(out_dir) if out_dir else run.workdir / "context"
@@ -160,14 +154,13 @@ def _recall(docids, gold, tokens: int) -> dict:
     return {"recall": evidence_recall(list(map(str, docids)), gold, tokens)["recall"]}
 
 
-def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, order, gen) -> pd.DataFrame:
+def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, order, gen,
+                  labels: pd.DataFrame) -> pd.DataFrame:
     """Answer the packed contexts like labels (cached generator, run template, run metric)."""
     from ltrr.generation import load_template
     from ltrr.labels import label_queries
     from ltrr.metrics import parse_metric
 
-    labels = pd.read_parquet(run.labels_dir / "labels.parquet") if (run.labels_dir / "labels.parquet").is_file() \
-        else run._inputs_for_training("protocol")[0]
     util = labels.set_index(["qid", "arm"])["utility"]
     nr = run._no_retrieval()[0]
     gcfg, lcfg = run.config.generation, run.config.labels

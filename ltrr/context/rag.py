@@ -114,41 +114,44 @@ def pack_settings(context: Mapping[str, Any] | None) -> dict:
     return {k: v for k, v in dict(context or {}).items() if k in names}
 
 
+def pack_spec(context: Mapping[str, Any] | None, budget: int,
+              where: str = "[generation] context_budget / [context]") -> PackSpec:
+    """The validated `PackSpec` of a config's ``[context]`` table with token budget ``budget``."""
+    return PackSpec.from_mapping({**pack_settings(context), "budget": budget}, where)
+
+
 def packing_from_config(generation: Mapping[str, Any], context: Mapping[str, Any] | None) -> PackSpec | None:
     """The `PackSpec` of a run's config, or None when ``context_budget`` is 0 (no packing)."""
     budget = generation.get("context_budget", 0)
-    if not budget:
-        return None
-    return PackSpec.from_mapping({**pack_settings(context), "budget": budget}, "[generation] context_budget / [context]")
+    return pack_spec(context, budget) if budget else None
 
 
-def _embedder(pool) -> tuple[Callable[[str], np.ndarray], Callable[[list[str], list[str]], np.ndarray]]:
-    src = pool.embedding_source()
+def question_embeddings(pool, questions: Sequence[str]) -> np.ndarray:
+    """The questions' vectors under the encoder of the pool's passage embeddings, in one batch."""
+    from ltrr.embed import get_encoder
 
-    def question(text: str) -> np.ndarray:
-        from ltrr.embed import get_encoder
-
-        return np.asarray(get_encoder(src.encoder_name).encode_queries([text])[0], dtype=np.float64)
-
-    return question, src.get
+    enc = get_encoder(pool.embedding_source().encoder_name)
+    return np.asarray(enc.encode_queries(list(questions)), dtype=np.float64)
 
 
 def pack_query(pool, question: str, arm_order: Sequence[str], spec: PackSpec, count_tokens: Callable[[str], int],
-               results: pd.DataFrame | None = None) -> PackResult:
+               results: pd.DataFrame | None = None, question_embedding: np.ndarray | None = None) -> PackResult:
     """Pack one question's context: the ``top_m`` first retrieving arms of ``arm_order``.
 
     ``results`` are the arms' passages ``spec.depth`` deep (``pool.search(..., k=spec.depth)``);
-    without them the pool is searched here.
+    without them the pool is searched here. ``question_embedding`` (`question_embeddings`) is
+    computed here when similarity counts and it is not given.
     """
     order = [a for a in arm_order if not pool.arm(a).is_no_retrieval][: spec.top_m]
     if results is None:
         q = pd.DataFrame({"qid": ["q0"], "question": [question]})
         results = pool.search(q, order, k=spec.depth) if order else pd.DataFrame(columns=["arm", "rank", "docid", "text"])
     results = results[results["arm"].isin(order) & (results["rank"] <= spec.depth)]
-    embed_q, embed_p = _embedder(pool)
-    qv = embed_q(question) if spec.weights.similarity > 0 and len(results) else None
+    qv = question_embedding
+    if qv is None and spec.weights.similarity > 0 and len(results):
+        qv = question_embeddings(pool, [question])[0]
     return pack_passages(results, order, budget=spec.budget, top_m=spec.top_m, count_tokens=count_tokens,
-                         question_embedding=qv, embeddings=embed_p if qv is not None else None,
+                         question_embedding=qv, embeddings=pool.embedding_source().get if qv is not None else None,
                          selector=spec.selector, prior=spec.prior, weights=spec.weights, question=question)
 
 
@@ -159,12 +162,14 @@ def pack_results(pool, queries: pd.DataFrame, arm_name: str, spec: PackSpec,
 
     deep = pool.search(queries, list(spec.arms), k=spec.depth)
     by_q = {qid: g for qid, g in deep.groupby("qid", sort=False)}
+    qvecs = question_embeddings(pool, queries["question"].astype(str).tolist()) \
+        if spec.weights.similarity > 0 and len(deep) else [None] * len(queries)
     rows = []
-    for qid, question in zip(queries["qid"], queries["question"], strict=True):
+    for qid, question, qv in zip(queries["qid"], queries["question"], qvecs, strict=True):
         g = by_q.get(qid)
         if g is None:
             continue
-        packed = pack_query(pool, str(question), list(spec.arms), spec, count_tokens, results=g)
+        packed = pack_query(pool, str(question), list(spec.arms), spec, count_tokens, results=g, question_embedding=qv)
         for rank, p in enumerate(packed.passages.itertuples(), start=1):
             rows.append({"qid": qid, "arm": arm_name, "rank": rank, "docid": p.docid,
                          "score": float(-rank), "text": p.text})

@@ -210,13 +210,14 @@ def run_protocol(
     folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
     t0 = time.perf_counter()
     cv_rows, cv_preds = [], {}
-    tasks = [(_candidate_router(run, cand), cand) for cand in candidates]
-    if n_jobs == 1:
-        fitted = [_cv_candidate(r, c, raw, lab_idx, folds) for r, c in tasks]
-    else:  # candidates in parallel processes: each fit is seeded, so the result is the same
-        from joblib import Parallel, delayed
+    # candidates in parallel processes (n_jobs = 1 runs them here, one by one): each fit is
+    # seeded, so the result does not depend on n_jobs
+    from joblib import Parallel, delayed
+    from sklearn.base import clone
 
-        fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(r, c, raw, lab_idx, folds) for r, c in tasks)
+    unfitted = {cand["router"]: _candidate_router(run, cand) for cand in candidates}
+    fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds)
+                                     for c in candidates)
     for cand, (preds, seconds) in zip(candidates, fitted, strict=True):
         name = cand["router"]
         ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
@@ -244,15 +245,9 @@ def run_protocol(
     # ---- the test part, once -----------------------------------------------------------------
     test = list(part.test)
     split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
-    by_name = {c["router"]: c for c in candidates}
-    if n_jobs == 1:
-        test_preds = [_fit_predict(run, by_name[c["router"]], raw, lab_idx, part.train, test) for c in cv_rows]
-    else:
-        from joblib import Parallel, delayed
-
-        test_preds = Parallel(n_jobs=n_jobs)(
-            delayed(_fit_predict_router)(_candidate_router(run, by_name[c["router"]]), c["label"], raw, lab_idx,
-                                         part.train, test) for c in cv_rows)
+    test_preds = Parallel(n_jobs=n_jobs)(
+        delayed(_fit_predict_router)(clone(unfitted[c["router"]]), c["label"], raw, lab_idx, part.train, test)
+        for c in cv_rows)
     preds = {c["router"]: p for c, p in zip(cv_rows, test_preds, strict=True)}
     head = evaluate_splits(U, [split], {split.name: {chosen["router"]: preds[chosen["router"]]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
