@@ -340,6 +340,11 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
         # 14 test queries hold the budget only loosely; the demo's figures are in the notes
         assert 0 <= b["policy_grpo"]["cost"] <= 1.0 and isinstance(b["policy_exact"]["within_budget"], bool)
     assert (root / "pol" / "policy" / "eval-features" / "cost_utility.png").stat().st_size > 1000
+    # --on design: an inner split of the design part, so the test part's queries are never read
+    assert main(["policy", "eval", str(cfg), "--on", "design"]) == 0
+    assert capsys.readouterr().out.startswith("Held-out design queries")
+    inner = json.loads((root / "pol" / "policy" / "eval-features-design" / "eval.json").read_text())
+    assert inner["on"] == "design" and inner["n_train"] + inner["n_test"] == ev["n_train"]
     assert main(["run", str(cfg)]) == 0
     assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
     assert main(["policy", "train", str(cfg), "--budget", "0.4", "--trainer", "exact"]) == 0

@@ -66,7 +66,10 @@ def test_dual_update_reaches_the_lp_optimum_of_a_bandit(trainer):
     LP optimum's utility, at the budget (calibrated on the training queries)."""
     X, U, C = bandit()
     oracle = budget_oracle(U, C, 0.5)
-    pol = BudgetPolicy(budget=0.5, trainer=trainer, calibration_size=0.0, random_state=0).fit(X, U, C)
+    # the bandit's rows are (x, cost): a shared linear scorer cannot make x favour one arm over
+    # another, so this needs the hidden layer
+    pol = BudgetPolicy(budget=0.5, trainer=trainer, calibration_size=0.0, hidden_size=16,
+                       random_state=0).fit(X, U, C)
     a = pol.predict(X)
     assert C[a].mean() <= 0.5 + 1e-9
     assert U[np.arange(len(a)), a].mean() >= 0.98 * oracle["utility"]
@@ -89,7 +92,9 @@ def test_same_seed_same_decisions_and_save_load(tmp_path):
 @pytest.mark.parametrize("n_arms", [3, 10])
 def test_any_number_of_arms_and_their_order_changes_nothing(n_arms):
     X, U, C = bandit(n=200, n_arms=n_arms)
-    pol = BudgetPolicy(budget=0.5, trainer="exact", n_steps=60, random_state=0).fit(X, U, C)
+    # hidden layer: with the bandit's (x, cost) rows a linear scorer's logits depend on the cost
+    # alone, and the calibrated rule would then be a near-tie among arms
+    pol = BudgetPolicy(budget=0.5, trainer="exact", n_steps=60, hidden_size=16, random_state=0).fit(X, U, C)
     p = pol.predict_proba(X)
     assert p.shape == (200, n_arms) and np.allclose(p.sum(axis=1), 1)
     perm = np.random.default_rng(1).permutation(n_arms)
@@ -98,7 +103,8 @@ def test_any_number_of_arms_and_their_order_changes_nothing(n_arms):
     np.testing.assert_array_equal(perm[pol.predict(X[:, perm], C[perm])], pol.predict(X))
     # trained on the permuted pool: the same decisions, arm for arm, up to float summation order
     # (PolicyRouter orders the arms by name, so a reordered pool gives identical decisions there)
-    pol2 = BudgetPolicy(budget=0.5, trainer="exact", n_steps=60, random_state=0).fit(X[:, perm], U[:, perm], C[perm])
+    pol2 = BudgetPolicy(budget=0.5, trainer="exact", n_steps=60, hidden_size=16,
+                        random_state=0).fit(X[:, perm], U[:, perm], C[perm])
     assert np.mean(perm[pol2.predict(X[:, perm], C[perm])] == pol.predict(X)) >= 0.99
 
 

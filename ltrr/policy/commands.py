@@ -19,6 +19,9 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e = psub.add_parser("eval", help="cost-utility curve over budgets against the baselines (table and PNG)")
     e.add_argument("config")
     e.add_argument("--representation", choices=["features", "lm"], help="default: [policy] representation")
+    e.add_argument("--on", choices=["test", "design"], default="test",
+                   help="design: train and measure inside the design part (to choose settings; the "
+                        "test part is not read)")
     e.set_defaults(func=lambda a: _eval(a, log, out))
 
 
@@ -43,7 +46,7 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     from ltrr.policy.run import evaluate_policy
 
     run = _run(args, log)
-    doc = evaluate_policy(run, representation=args.representation)
+    doc = evaluate_policy(run, representation=args.representation, on=args.on)
     out(budgets_markdown(doc, run.config.policy["trainers"]))
     for p in doc["plots"]:
         out(f"plot:   {p}")

@@ -94,7 +94,11 @@ class BudgetPolicy(BaseEstimator):
     ce_weight : float
         Cross-entropy toward each query's label-best arm.
     hidden_size : int
-        Hidden units of the shared scorer (0: a linear scorer).
+        Hidden units of the shared scorer; 0 (the default) is a linear scorer. Chosen on the
+        design part of demo-signal (an inner 70/30 split of its 1,072 design queries, budget 50%):
+        a 16-unit tanh layer reached a mean training utility of 0.45 and 0.26 on the held-out
+        queries (exact trainer), the linear scorer 0.33 and 0.34, so the hidden layer overfits
+        the few hundred training queries the head sees.
     average : bool
         Average the head's weights over the second half of training (Polyak): under the
         oscillation of the multiplier the averaged iterate is steadier than the last.
@@ -115,7 +119,7 @@ class BudgetPolicy(BaseEstimator):
 
     def __init__(self, budget: float = 0.5, *, trainer: str = "grpo", group_size: int = 8, n_steps: int = 600,
                  learning_rate: float = 0.05, dual_lr: float = 0.02, entropy_weight: float | None = None,
-                 ce_weight: float = 0.0, hidden_size: int = 16, average: bool = True,
+                 ce_weight: float = 0.0, hidden_size: int = 0, average: bool = True,
                  calibration_size: float = 0.2, random_state: int = 0):
         self.budget = budget
         self.trainer = trainer

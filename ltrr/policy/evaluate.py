@@ -134,7 +134,9 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
 
 def budgets_markdown(doc: dict, trainers: Sequence[str] = ("grpo", "exact")) -> str:
     """The per-budget table: cost and utility of every policy and baseline."""
-    lines = [f"Test queries: {doc['n_test']} (policies and baselines trained on {doc['n_train']}). "
+    where = ("Held-out design queries (inner split of the design part; the test part is not read)"
+             if doc.get("on") == "design" else "Test queries")
+    lines = [f"{where}: {doc['n_test']} (policies and baselines trained on {doc['n_train']}). "
              f"LTRR top-1: cost {doc['ltrr_top1']['cost']:.3f}, utility {doc['ltrr_top1']['utility']:.4f}; "
              f"always none: utility {doc['always_none']['utility']:.4f}.", "",
              "| B (share of max) | policy | cost (+-95%) | utility | LTRR curve at that cost | diff, p (non-inferior by 0.005) "

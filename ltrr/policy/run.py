@@ -123,8 +123,14 @@ def train_policy(run, budget: float | None = None, *, representation: str | None
     return out
 
 
-def evaluate_policy(run, *, representation: str | None = None, fractions=None, trainers=None) -> dict:
-    """Train on the design part, measure on the test part: the per-budget table, curve and plots."""
+def evaluate_policy(run, *, representation: str | None = None, fractions=None, trainers=None,
+                    on: str = "test") -> dict:
+    """Train on the design part, measure on the test part: the per-budget table, curve and plots.
+
+    ``on="design"`` never reads the test part: the design part is partitioned again (same rule,
+    same seed) and the policy is measured on that inner held-out part, which is where policy
+    settings are chosen before the test part is read once.
+    """
     from ltrr.eval.protocol import design_test_partition
     from ltrr.policy.evaluate import budgets_markdown, evaluate_budgets, frame, plot_curves
     from ltrr.routers.reference import utility_frame
@@ -140,6 +146,14 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     queries = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
     part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
                                  random_state=run.config.seed)
+    if on not in ("test", "design"):
+        raise ConfigError(f"policy eval: on must be 'test' or 'design', got {on!r}")
+    if on == "design":
+        queries = queries[queries["qid"].astype(str).isin(set(map(str, part.train)))]
+        part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
+                                     random_state=run.config.seed)
+        raw = raw.subset([str(q) for q in queries["qid"]])
+        labels = labels[labels["qid"].astype(str).isin(set(queries["qid"].astype(str)))]
     train_q, test_q = list(part.train), list(part.test)
     groups = queries.set_index(queries["qid"].astype(str))["group"] if "group" in queries else None
     states, lm = _states(run, raw, pcfg)
@@ -178,8 +192,8 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
                            np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run._no_retrieval()[0],
                            fractions, trainers)
     doc.update(costs_record=record, representation=pcfg["representation"], seed=run.config.seed,
-               first_fit_seconds=fitted["first_fit_seconds"], lm=lm)
-    out = run.workdir / "policy" / f"eval-{pcfg['representation']}"
+               first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on)
+    out = eval_dir(run, pcfg, on)
     out.mkdir(parents=True, exist_ok=True)
     mid = fractions[len(fractions) // 2] * max(costs.values())
     hist = histories.get((mid, trainers[0]))
@@ -189,6 +203,11 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     write_text_atomic(out / "budgets.md", budgets_markdown(doc, trainers))
     write_text_atomic(out / "budgets.csv", frame(doc).to_csv(index=False))
     return doc
+
+
+def eval_dir(run, pcfg: dict, on: str = "test") -> Path:
+    """``policy/eval-REPRESENTATION[-design]`` of the run's workdir."""
+    return run.workdir / "policy" / (f"eval-{pcfg['representation']}" + ("-design" if on == "design" else ""))
 
 
 def stage_policy(run, *, force: bool = False) -> dict | None:
@@ -202,7 +221,7 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
     fp = hashlib.sha256(json.dumps({"policy": pcfg, "train": run.config.train, "protocol": run.config.protocol,
                                     "label": run._fingerprint_of("label"), "features": run._fingerprint_of("features"),
                                     "seed": run.config.seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    out = run.workdir / "policy" / f"eval-{pcfg['representation']}" / "eval.json"
+    out = eval_dir(run, pcfg) / "eval.json"
     if not force and run._fresh("policy", fp, [out]):
         run.log(f"[policy] skipped: inputs unchanged, evaluation in {out.parent}")
         return json.loads(out.read_text())
