@@ -37,7 +37,7 @@ def cmd_data_build(args: argparse.Namespace) -> int:
 
     folder = build_dataset(
         args.name, out=args.out, seed=args.seed, n_per_type=args.n_per_type,
-        n_noanswer=args.n_noanswer, force=args.force, log=_log,
+        n_noanswer=args.n_noanswer, n_multihop=args.n_multihop, force=args.force, log=_log,
     )
     if args.no_datasheet:
         return 0
@@ -47,6 +47,7 @@ def cmd_data_build(args: argparse.Namespace) -> int:
     data = cfg.to_dict()
     data["data"]["dataset"] = str(folder)
     data["data"]["max_queries"] = 0  # the datasheet describes every query, not a run's sample
+    data["data"]["exclude_qtypes"] = []
     cfg = validate(data, cfg.source)
     text = write_datasheet(cfg, folder, datasheet=args.datasheet)
     _out(text.split("### Which family")[1].split("\n\n")[1] if "### Which family" in text else "")
@@ -450,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=13)
     b.add_argument("--n-per-type", type=int, default=200)
     b.add_argument("--n-noanswer", type=int, default=200)
+    b.add_argument("--n-multihop", type=int, default=300, help="two-hop bridge questions (at most; the corpus "
+                   "gives fewer)")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.add_argument("--config", help="config whose pool measures the datasheet's recall (default: demo)")
     b.add_argument("--datasheet", help="also splice the datasheet into this Markdown file (e.g. data/README.md)")

@@ -35,6 +35,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "build_seed": ((int,), 13),
         "n_per_type": ((int,), 200),
         "n_noanswer": ((int,), 200),
+        "n_multihop": ((int,), 300),
+        "exclude_qtypes": ((list,), []),  # query types the run leaves out (before max_queries)
         "max_queries": ((int,), 0),  # 0 = all; else a seeded, type-stratified sample
     },
     # Keys of [generation] other than these go to the backend (ltrr.generation.make_generator),

@@ -106,6 +106,15 @@ class Run(ReplicateAndExport):
     def dataset(self) -> Dataset:
         if self._dataset is None:
             self._dataset = load_dataset(self.dataset_path)
+            drop = [str(t) for t in self.config.data.get("exclude_qtypes", [])]
+            if drop:
+                q = self._dataset.queries
+                have = set(q["qtype"].astype(str)) if "qtype" in q else set()
+                unknown = sorted(set(drop) - have)
+                if unknown:
+                    raise ConfigError(f"[data] exclude_qtypes names {', '.join(map(repr, unknown))}, not a query "
+                                      f"type of {self.dataset_path} ({', '.join(sorted(have)) or 'none'})")
+                self._dataset.queries = q[~q["qtype"].astype(str).isin(drop)].reset_index(drop=True)
             n = self.config.data.get("max_queries", 0)
             if n and n < len(self._dataset.queries):
                 self._dataset.queries = _stratified_sample(self._dataset.queries, n, self.config.seed)
@@ -132,6 +141,7 @@ class Run(ReplicateAndExport):
                 seed=self.config.data["build_seed"],
                 n_per_type=self.config.data["n_per_type"],
                 n_noanswer=self.config.data["n_noanswer"],
+                n_multihop=self.config.data["n_multihop"],
                 force=force,
                 log=self.log,
             )
@@ -156,7 +166,9 @@ class Run(ReplicateAndExport):
             "seed": self.config.seed,
             "queries": pd.util.hash_pandas_object(ds.queries[["qid", "question"]], index=False).sum(),
             "dataset": str(self.dataset_path.resolve()),
-            "meta": _read_meta(self.dataset_path),
+            # the corpus's checksum, not the whole build record: the queries are hashed above, so a
+            # query type the run leaves out does not redo retrieval
+            "corpus": _read_meta(self.dataset_path).get("tables", {}).get("corpus"),
         }
         if self._token_generator is not None:  # a packed arm's passages depend on the tokenizer
             inputs["tokenizer"] = self._token_generator.generator.identity

@@ -367,3 +367,22 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     cfg.write_text(cfg.read_text().replace('cost = "tokens"', 'cost = "euros"'))
     assert main(["policy", "eval", str(cfg)]) == 2
     assert "[policy] cost must be 'config' or 'tokens', got 'euros'" in capsys.readouterr().err
+
+
+def test_exclude_qtypes(project, capsys, monkeypatch):
+    """[data] exclude_qtypes leaves a query type out of the run; a type the dataset lacks is a
+    one-line error before any stage runs."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "excl", model, 7)
+    base = cfg.read_text()
+    cfg.write_text(base.replace("[data]\n", '[data]\nexclude_qtypes = ["alpha"]\n'))
+    assert main(["index", str(cfg)]) == 0
+    assert main(["label", str(cfg)]) == 0
+    qids = set(pd.read_parquet(root / "excl" / "retrieval" / "results.parquet")["qid"])
+    assert qids and not any(int(q.removeprefix("q")) % 3 == 0 for q in qids)  # TYPES[0] = "alpha"
+    capsys.readouterr()
+    cfg.write_text(base.replace("[data]\n", '[data]\nexclude_qtypes = ["multihop"]\n'))
+    assert main(["label", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "[data] exclude_qtypes names 'multihop', not a query type of" in err[0]

@@ -34,6 +34,7 @@ def build_dataset(
     seed: int = 13,
     n_per_type: int = 200,
     n_noanswer: int = 200,
+    n_multihop: int = 300,
     force: bool = False,
     log=print,
 ) -> Path:
@@ -45,7 +46,8 @@ def build_dataset(
     if name not in BUILDERS:
         raise ConfigError(f"unknown dataset builder {name!r}; choose one of: {', '.join(BUILDERS)}")
     final = Path(out) if out else data_root() / "built" / name
-    params = {"builder": name, "seed": seed, "n_per_type": n_per_type, "n_noanswer": n_noanswer}
+    params = {"builder": name, "seed": seed, "n_per_type": n_per_type, "n_noanswer": n_noanswer,
+              "n_multihop": n_multihop}
     meta_path = final / "meta.json"
     if meta_path.exists() and not force:
         try:
@@ -59,7 +61,7 @@ def build_dataset(
 
     t0 = time.perf_counter()
     log(f"building dataset {name!r} (seed {seed}) ...")
-    tables = generate_demo(seed=seed, n_per_type=n_per_type, n_noanswer=n_noanswer)
+    tables = generate_demo(seed=seed, n_per_type=n_per_type, n_noanswer=n_noanswer, n_multihop=n_multihop)
     tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)

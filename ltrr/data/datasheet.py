@@ -102,7 +102,9 @@ def render_datasheet(meta: dict, queries: pd.DataFrame, recall: pd.DataFrame, re
         f"### Recall@{k} per query type and arm",
         "",
         "Share of queries with a gold document among the arm's top results "
-        "(the `noanswer` type has no gold documents and is left out).",
+        "(the `noanswer` type has no gold documents and is left out; a `multihop` question has two, "
+        "the bridge and the answer's document, and a search with the whole question mostly finds "
+        "the bridge).",
         "",
         _md(recall),
         "",

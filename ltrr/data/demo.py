@@ -33,7 +33,25 @@ verbose        entity      verbose         distant   a description question insi
 noanswer       mixed       natural         -         FanOutQA sub-questions whose evidence page
                                                      is absent and whose answer appears in no
                                                      document: not retrieving is the right call
+multihop       date        natural         close     two-hop bridge questions (see below)
 =============  ==========  ==============  ========  =========================================
+
+``multihop`` (two-hop bridge questions; `_multihop`): document A's text names document B by
+B's exact title (a mention is the link; the summaries carry no hyperlinks). A sentence of A
+that names B once, with B's title blanked, is the bridge; a sentence of B with one ``in <year>``
+that names B (or opens with He/She/It/They or "The city"-like subject) becomes the question, B's
+name blanked the same way and the year asked for ("in/since/from/by ... <year>")::
+
+    ___ was first published in book form in what year? (The blank is the name missing
+    from: "Leo Tolstoy is best known for the novels War and Peace and ___.")
+
+So the question names neither B nor its answer: a search with the bridge finds A, A gives B's
+name, and a second search with that name finds B, which holds the answer (the year). The year
+appears nowhere in A. Both documents are the question's qrels. A is a document no other demo
+query uses and each document serves at most one multihop question, so the question joins B's
+group and no other query's group changes. The type is made last, from its own seeded stream,
+so the other types are identical with or without it; the demo configs leave it out
+(``[data] exclude_qtypes``) and ``demo-agent`` takes it in.
 
 ``group`` keeps related queries together for splits: queries generated from one document share
 a group, FanOutQA sub-questions share their top-level question's group, and the two are merged
@@ -57,7 +75,7 @@ from ltrr._errors import MissingDependencyError
 
 __all__ = ["load_wiki_corpus", "load_fanout", "generate_demo", "DEMO_TYPES", "slug"]
 
-DEMO_TYPES = ("fanout", "keyword", "cloze", "description", "verbose", "noanswer")
+DEMO_TYPES = ("fanout", "keyword", "cloze", "description", "verbose", "noanswer", "multihop")
 
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 # A short list is enough here: the keyword generator only needs to avoid function words.
@@ -190,7 +208,100 @@ _VERBOSE_FRAMES = (
 )
 
 
-def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 200) -> dict[str, pd.DataFrame]:
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-2][0-9])\b")
+_YEAR_PHRASE = re.compile(r"\b(in|since|from|by|until|of|after|before|around) (1[0-9]{3}|20[0-2][0-9])\b")
+_SUBJECT = re.compile(r"^(He|She|It|They|(?:The|This) (?:city|country|novel|film|album|band|group|company|"
+                      r"river|island|book|painting|building|state|party|empire|kingdom|game|team|language|"
+                      r"species|work|poem|opera|song|series|organisation|organization|church|dynasty))\b")
+
+
+def _cloze_about(sentence: str, title: str, surname: str | None = None) -> str | None:
+    """``sentence`` with ``title`` (or a person's ``surname``, or its opening pronoun or "The
+    city"-like subject) as ``___`` and its one year asked for ("founded in 1972" -> "founded in
+    what year"), or None when it has not exactly one year after a preposition, is too short or
+    long, or does not name the title."""
+    m = _YEAR_PHRASE.search(sentence)
+    if not m or len(_YEAR.findall(sentence)) != 1 or not 6 <= len(sentence.split()) <= 40:
+        return None
+    q = sentence[: m.start()] + f"{m.group(1)} what year" + sentence[m.end():]
+    for name in (title, surname):
+        if name and len(re.findall(rf"\b{re.escape(name)}\b", q)) == 1:
+            return re.sub(rf"\b{re.escape(name)}\b", "___", q).rstrip(" .") + "?"
+    if _SUBJECT.match(q) and title not in q:
+        return _SUBJECT.sub("___", q).rstrip(" .") + "?"
+    return None
+
+
+def _multihop(corpus: pd.DataFrame, used: set[str], rng: np.random.Generator, n: int) -> list[dict]:
+    """Up to ``n`` two-hop bridge questions (see the module docstring): dicts with qid, question,
+    answers, and the docids ``a`` (the bridge) and ``b`` (the answer's document).
+
+    ``a`` is never a document of ``used`` (the other queries' qrels); ``b`` may be, and the
+    question then joins the group of ``b``'s other queries."""
+    if n <= 0:
+        return []
+    names = {t: d for t, d in zip(corpus["title"], corpus["docid"], strict=True)
+             if len(t) >= 4 and _norm(t) not in _STOP and "(" not in t}
+    texts = dict(zip(corpus["docid"], corpus["text"], strict=True))
+    title_of = dict(zip(corpus["docid"], corpus["title"], strict=True))
+    # a person is often named by surname alone ("Copland was ..."); a surname names its person
+    # only where no other person or title shares it
+    surnames = {d: t.split()[-1] for t, d, topic in zip(corpus["title"], corpus["docid"],
+                                                         corpus["topic"], strict=True)
+                if topic == "People" and len(t.split()) >= 2 and len(t.split()[-1]) >= 4}
+    counts = Counter(surnames.values())
+    names.update({sn: d for d, sn in surnames.items() if counts[sn] == 1 and sn not in names})
+    longest = max(len(t.split()) for t in names)
+    taken: set[str] = set()  # documents of earlier multihop questions
+    out: list[dict] = []
+
+    def standalone(name: str, sent: str) -> bool:
+        """``name`` occurs once in ``sent``, not inside a longer capitalised name ("___ Park")."""
+        hits = list(re.finditer(rf"\b{re.escape(name)}\b", sent))
+        if len(hits) != 1:
+            return False
+        before = sent[: hits[0].start()].split()
+        after = sent[hits[0].end():].split()
+        return not (after and after[0][:1].isupper()) and not (len(before) > 1 and before[-1][:1].isupper())
+
+    for i in rng.permutation(len(corpus)):
+        a, a_title = corpus["docid"].iat[int(i)], corpus["title"].iat[int(i)]
+        if a in taken:
+            continue
+        found = None
+        for sent in _sentences(texts[a]):
+            if not 8 <= len(sent.split()) <= 45:
+                continue
+            words = sent.rstrip(".").split()
+            grams = {" ".join(words[j:j + k]).strip(",;:\"'") for k in range(1, longest + 1)
+                     for j in range(len(words) - k + 1)}
+            for name in sorted(g for g in grams if g in names):
+                b = names[name]
+                if b == a or b in taken or name in a_title or not standalone(name, sent):
+                    continue
+                for s_b in _sentences(texts[b]):
+                    hop2 = _cloze_about(s_b, title_of[b], surnames.get(b))
+                    year = _YEAR.findall(s_b)[0] if hop2 else None
+                    if hop2 and year not in texts[a]:
+                        found = (name, b, hop2, year, sent)
+                        break
+                if found:
+                    break
+            if found:
+                break
+        if found:
+            name, b, hop2, year, sent = found
+            bridge = re.sub(rf"\b{re.escape(name)}\b", "___", sent)
+            out.append({"qid": f"mul-{a}", "a": a, "b": b, "answers": [year],
+                        "question": f'{hop2} (The blank is the name missing from: "{bridge}")'})
+            taken |= {a, b}
+        if len(out) >= n:
+            break
+    return out
+
+
+def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 200,
+                  n_multihop: int = 300) -> dict[str, pd.DataFrame]:
     """Build the demo's corpus, queries and qrels, deterministically from ``seed``.
 
     Parameters
@@ -202,6 +313,9 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
         verbose). All covered FanOutQA sub-questions are kept.
     n_noanswer : int
         Number of unanswerable FanOutQA sub-questions sampled.
+    n_multihop : int
+        Number of two-hop bridge questions (``multihop``), made last from their own seeded
+        stream, so the other types are the same with any ``n_multihop``.
 
     Returns
     -------
@@ -324,6 +438,15 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
                 continue
         if all(made[t] >= n_per_type for t in used_docs):
             break
+
+    # multihop last, from its own stream: the other types do not depend on n_multihop
+    mh_rng = np.random.default_rng([seed, 2])
+    for m in _multihop(corpus, {d for _, d in qrels}, mh_rng, n_multihop):
+        rows.append(dict(qid=m["qid"], question=m["question"], answers=m["answers"], qtype="multihop",
+                         group=f"doc:{m['b']}", answer_type="date", phrasing="natural", wording="close",
+                         source="generated"))
+        qrels += [(m["qid"], m["a"]), (m["qid"], m["b"])]
+        # no union: a belongs to no other query, so the question joins b's group as it is
 
     queries = pd.DataFrame(rows)
     queries["group"] = [uf.find(g) for g in queries["group"]]
