@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,12 +253,17 @@ def test_total_reward_errors():
 
 
 def test_importing_the_package_stays_light():
-    code = ("import sys, ltrr.agent, ltrr.agent.rewards; "
-            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    heavy = "('torch', 'transformers', 'pandas', 'httpx')"
+    for modules in ("ltrr.agent", "ltrr.agent.rewards, ltrr.agent.prompt, ltrr.agent.loop"):
+        code = f"import sys, {modules}; print(sorted(m for m in {heavy} if m in sys.modules))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parents[1])
+        assert out.stdout.strip() == "[]", modules
     import ltrr.agent
 
     assert ltrr.agent.format_reward is format_reward
+    for name in ltrr.agent.__all__:
+        assert getattr(ltrr.agent, name) is not None
+    assert "AgentLoop" in dir(ltrr.agent)
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         ltrr.agent.nope  # noqa: B018
