@@ -247,6 +247,26 @@ def test_search_errors_and_backend_errors_are_recorded(btok):
         AgentLoop(ScriptedLM(btok, [SEARCH]), lambda a, q, k: [1, 2], ARMS).rollout("Capital?")
 
 
+def test_a_built_pool_is_searched_through_pool_search(btok, tmp_path):
+    import pandas as pd
+
+    from ltrr.retrieval.pool import Pool
+
+    corpus = pd.DataFrame({"docid": ["au", "fr"], "title": ["Australia", "France"],
+                           "text": ["Its capital is Canberra.", "Its capital is Paris."]})
+    pool = Pool.from_config({"lex": {"type": "bm25"}}, [{"name": "bm25", "retriever": "lex", "k": 2},
+                                                         {"name": "none", "retriever": "none"}])
+    pool.build(corpus, tmp_path / "index", show_progress=False)
+    lm = ScriptedLM(btok, ["<think>a</think><search>bm25: capital of France</search>",
+                           "<think>b</think><search>none: x</search>", ANSWER])
+    loop = AgentLoop.from_pool(lm, pool, k=1)
+    t = loop.rollout("What is the capital of France?")
+    assert [(s.arm, s.docids) for s in t.searches] == [("bm25", ["fr"]), ("none", [])]
+    assert t.turns[1].text == INFO_HEAD + "Doc 1: France Its capital is Paris." + INFO_TAIL
+    assert "- bm25: lexical retrieval" in t.prompt  # the family comes from the retriever's type
+    assert t.cost(pool.costs) == 1.0
+
+
 def test_settings_are_checked_when_rolling_out(btok):
     lm = ScriptedLM(btok, [])
     for kwargs, match in [({"max_turns": -1}, "max_turns must be an integer >= 0"),
@@ -489,3 +509,8 @@ def test_openai_completions_failure_is_recorded():
     assert t.stop_reason == "error" and "connection error" in t.error
     with pytest.raises(ConfigError, match="needs an OpenAIGenerator"):
         OpenAICompletionsLM("http://localhost")
+    # without a local tokenizer, tokens are estimated (1.3 a word) and passages cut by words
+    lm = OpenAICompletionsLM(gen)
+    assert lm.count_tokens("one two three four five six") == 7
+    assert lm.truncate("one two three four five six", 4) == ("one two three", True)
+    assert lm.truncate("one two", 4) == ("one two", False)

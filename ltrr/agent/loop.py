@@ -224,7 +224,11 @@ class AgentLoop:
 
     @property
     def arm_names(self) -> list[str]:
-        return [a.get("name") if isinstance(a, Mapping) else getattr(a, "name", a) for a in self.arms]
+        names: list[str] = []
+        for a in self.arms:
+            name: Any = a.get("name") if isinstance(a, Mapping) else getattr(a, "name", a)
+            names.append(name)
+        return names
 
     @property
     def counters(self) -> dict[str, int]:
@@ -371,7 +375,7 @@ class AgentLoop:
                                               reason=f"search_error: {exc}"))
             state.flag("search_error")
             return
-        passages = _check_hits(hits, arm)  # type: ignore[arg-type]
+        passages = _check_hits(hits, arm)[: self.k]  # type: ignore[arg-type]
         n, truncated = state.inject_information(format_information(passages), self.max_obs_tokens)
         state.traj.searches.append(Search(arm=arm, query=query, valid=True, docids=[d for d, _ in passages],
                                           injected_tokens=n, truncated=truncated))

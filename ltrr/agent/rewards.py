@@ -477,12 +477,12 @@ class CostNormaliser:
     def normalise(self, cost: float | Iterable[float]) -> Any:
         """Costs scaled to [0, 1] between the bounds (a float for a float, else an array)."""
         lo, hi = self.bounds()
-        values = _costs_array(cost)
+        values, scalar = _costs_array(cost, with_shape=True)
         if hi > lo:
             out = np.clip((values - lo) / (hi - lo), 0.0, 1.0)
         else:
             out = (values > lo).astype(np.float64)
-        return float(out[0]) if np.ndim(cost) == 0 else out
+        return float(out[0]) if scalar else out
 
     def cost_reward(self, cost: float | Iterable[float]) -> Any:
         """``1 - normalise(cost)``: 1 for the cheapest, 0 for the dearest."""
@@ -537,11 +537,17 @@ def _check_percentiles(lo: Any, hi: Any) -> None:
         )
 
 
-def _costs_array(costs: Any) -> np.ndarray:
+def _costs_array(costs: Any, *, with_shape: bool = False) -> Any:
+    """Costs as a 1-d float array (and, with ``with_shape``, whether one number was given)."""
     try:
-        values = np.asarray(list(costs) if not np.isscalar(costs) else [costs], dtype=np.float64)
+        if isinstance(costs, (int, float, np.number, np.ndarray)):
+            values = np.asarray(costs, dtype=np.float64)
+        else:
+            values = np.asarray(list(costs), dtype=np.float64)
     except (TypeError, ValueError):
         raise DataError(f"costs must be numbers, got {costs!r}"[:200]) from None
+    scalar = values.ndim == 0
+    values = np.atleast_1d(values)
     if values.ndim != 1 or not np.all(np.isfinite(values)):
         raise DataError(f"costs must be finite numbers, got {costs!r}"[:200])
-    return values
+    return (values, scalar) if with_shape else values

@@ -194,7 +194,7 @@ class Trajectory:
         """`ltrr.agent.rewards.trajectory_cost` of the valid searches and information tokens."""
         from ltrr.agent.rewards import trajectory_cost
 
-        return trajectory_cost([s.arm for s in self.searches if s.valid], arm_costs,
+        return trajectory_cost([s.arm for s in self.searches if s.valid and s.arm is not None], arm_costs,
                                self.information_tokens, token_price)
 
     # ---- persistence ---------------------------------------------------------------------
@@ -236,6 +236,9 @@ class Trajectory:
         _typed(self, "question", str)
         _typed(self, "prompt", str)
         _typed(self, "token_level", bool)
+        if not _count(self.prompt_tokens) or not isinstance(self.seed, int):
+            raise DataError(f"prompt_tokens and seed must be integers, got {self.prompt_tokens!r} "
+                            f"and {self.seed!r}")
         if self.stop_reason not in STOP_REASONS:
             raise DataError(f"stop_reason {self.stop_reason!r} is not one of {STOP_REASONS}")
         if self.answer is not None and not isinstance(self.answer, str):
