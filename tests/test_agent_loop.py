@@ -474,8 +474,9 @@ def test_openai_completions_rollout(bigram_lm):
 
     script = [("text", "<think>a</think><search>bm25: capital</search> never seen"),
               ("text_vllm", "<think>b</think><answer>Canberra</answer>")]
-    with FakeOpenAI(script) as fake:
-        lm = OpenAICompletionsLM(OpenAIGenerator("m", base_url=fake.base_url, api_key_env=None, max_retries=0))
+    with FakeOpenAI(script) as fake, OpenAIGenerator("m", base_url=fake.base_url, api_key_env=None,
+                                                     max_retries=0) as gen:
+        lm = OpenAICompletionsLM(gen)
         t = AgentLoop(lm, Corpus(), ARMS).rollout("Capital?")
         bodies = [r["body"] for r in fake.requests]
         assert [r["path"] for r in fake.requests] == ["/v1/completions"] * 2
@@ -491,8 +492,8 @@ def test_openai_completions_rollout(bigram_lm):
     assert back == t
     # with the served model's tokenizer: its chat template, and counts and cuts in its tokens
     with FakeOpenAI([("text", "<think>a</think><search>bm25: capital</search>"),
-                     ("text", "<think>done</think> I give up", "stop")]) as fake:
-        gen = OpenAIGenerator("m", base_url=fake.base_url, api_key_env=None, max_retries=0)
+                     ("text", "<think>done</think> I give up", "stop")]) as fake, \
+            OpenAIGenerator("m", base_url=fake.base_url, api_key_env=None, max_retries=0) as gen:
         lm = OpenAICompletionsLM(gen, tokenizer=bigram_lm.tokenizer)
         t = AgentLoop(lm, Corpus([("d1", "capital " * 50)]), ARMS, max_obs_tokens=4).rollout("capital ?")
     assert t.prompt.endswith("<s> assistant : ")
@@ -504,8 +505,9 @@ def test_openai_completions_rollout(bigram_lm):
 def test_openai_completions_failure_is_recorded():
     from ltrr.generation import OpenAIGenerator
 
-    gen = OpenAIGenerator("m", base_url="http://127.0.0.1:9/v1", api_key_env=None, max_retries=0, timeout=2)
-    t = AgentLoop(OpenAICompletionsLM(gen), Corpus(), ARMS).rollout("Capital?")
+    with OpenAIGenerator("m", base_url="http://127.0.0.1:9/v1", api_key_env=None, max_retries=0,
+                         timeout=2) as gen:
+        t = AgentLoop(OpenAICompletionsLM(gen), Corpus(), ARMS).rollout("Capital?")
     assert t.stop_reason == "error" and "connection error" in t.error
     with pytest.raises(ConfigError, match="needs an OpenAIGenerator"):
         OpenAICompletionsLM("http://localhost")
@@ -514,3 +516,72 @@ def test_openai_completions_failure_is_recorded():
     assert lm.count_tokens("one two three four five six") == 7
     assert lm.truncate("one two three four five six", 4) == ("one two three", True)
     assert lm.truncate("one two", 4) == ("one two", False)
+
+
+# ---- llama_cpp: our side of the calls, against a stand-in module ------------------------------
+def test_llama_cpp_continuation_against_a_stand_in(monkeypatch, tmp_path):
+    """llama-cpp-python is not installed here: this checks the calls LlamaCppLM makes (byte
+    tokens, the GGUF chat template, greedy and seeded sampling, stops), not llama.cpp itself."""
+    import sys
+    import types
+
+    import jinja2
+
+    from ltrr.agent.backends import LlamaCppLM
+    from ltrr.generation import LlamaCppGenerator
+
+    script = [SEARCH + " and more", ANSWER, "<think>x</think> no tag"]
+    calls, seeds = [], []
+
+    class FakeLlama:
+        metadata = {"tokenizer.chat_template": "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"
+                                               "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}"
+                                               "<assistant>{% endif %}"}
+
+        def __init__(self, **kwargs):
+            pass
+
+        def tokenize(self, data, add_bos=True, special=False):
+            return list(data)  # one token per byte; 0 is the end of sequence
+
+        def detokenize(self, tokens, prev_tokens=None, special=False):
+            return bytes(t for t in tokens if t) if not special else (b"</s>" if tokens == [0] else b"<s>")
+
+        def token_eos(self):
+            return 0
+
+        def token_bos(self):
+            return 1
+
+        def set_seed(self, seed):
+            seeds.append(seed)
+
+        def generate(self, tokens, reset=True, **kwargs):
+            calls.append((list(tokens), kwargs))
+            yield from [*script.pop(0).encode(), 0]
+
+    class Formatter:
+        def __init__(self, template, eos_token, bos_token, add_generation_prompt=True):
+            self.template, self.eos, self.gen = jinja2.Template(template), eos_token, add_generation_prompt
+
+        def __call__(self, *, messages, **kwargs):
+            return types.SimpleNamespace(prompt=self.template.render(
+                messages=messages, eos_token=self.eos, add_generation_prompt=self.gen))
+
+    fake = types.SimpleNamespace(Llama=FakeLlama,
+                                 llama_chat_format=types.SimpleNamespace(Jinja2ChatFormatter=Formatter))
+    monkeypatch.setitem(sys.modules, "llama_cpp", fake)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF fake weights")
+    lm = LlamaCppLM(LlamaCppGenerator(model, n_ctx=8192))
+    t = AgentLoop(lm, Corpus(), ARMS).rollout("Capital?")
+    assert t.prompt.startswith("<system>You answer") and t.prompt.endswith("Question: Capital?</s><assistant>")
+    assert (t.answer, t.stop_reason) == ("Canberra", "answered")
+    assert [x.text for x in t.turns if x.role == "model"] == [SEARCH, ANSWER]  # stopped at the tag
+    assert t.ids == list(t.prompt.encode()) + list(SEARCH.encode()) + list(t.turns[1].text.encode()) + \
+        list(ANSWER.encode())
+    assert calls[1][0] == t.ids[: -len(ANSWER.encode())]
+    assert calls[0][1] == {"temp": 0.0, "top_k": 1} and seeds[:2] == [0, 0]
+    t = AgentLoop(lm, Corpus(), ARMS, temperature=0.8, seed=5).rollout("Capital?")
+    assert calls[-1][1] == {"temp": 0.8, "top_p": 1.0, "top_k": 0, "min_p": 0.0} and seeds[-1] == 5
+    assert (t.stop_reason, t.turns[0].kind, t.ids[-1]) == ("unclosed_tag", "eos", 0)

@@ -8,8 +8,9 @@ injects, and finishes with ``<answer>...</answer>``.
   `CostNormaliser`, `total_reward` (numpy only).
 - `ltrr.agent.prompt`: the system prompt and one descriptor line per arm (`build_messages`,
   `describe_arm`).
-- `ltrr.agent.backends`: models that continue a partial assistant turn: `TransformersLM`
-  (token level, exact ids), `OpenAICompletionsLM` (text level, ``/v1/completions``).
+- `ltrr.agent.backends`: models that continue a partial assistant turn: `TransformersLM` and
+  `LlamaCppLM` (token level, exact ids), `OpenAICompletionsLM` (text level,
+  ``/v1/completions``).
 - `ltrr.agent.loop`: `AgentLoop` (the rollout; `pool_search` adapts a `Pool`).
 - `ltrr.agent.trajectory`: `Trajectory` (ids and mask for SFT and GRPO), JSONL
   `save_trajectories` / `load_trajectories`, `score_trajectories`.
@@ -23,6 +24,7 @@ import importlib
 _EXPORTS = {
     "ContinuationLM": "ltrr.agent.backends",
     "Continuation": "ltrr.agent.backends",
+    "LlamaCppLM": "ltrr.agent.backends",
     "OpenAICompletionsLM": "ltrr.agent.backends",
     "TransformersLM": "ltrr.agent.backends",
     "AgentLoop": "ltrr.agent.loop",

