@@ -468,6 +468,23 @@ def test_forced_real_rollout_keeps_exact_ids(bigram_lm):
     assert t.mask == [0] * t.prompt_tokens + [1] * 7 + [0] * len(segments[1]) + [1] * 3
 
 
+def test_continuation_lms_are_built_from_a_generator_config(tiny_lm):
+    from ltrr.agent.backends import continuation_lms, make_continuation_lm
+
+    assert continuation_lms.names() == ["llama_cpp", "openai", "transformers"]
+    lm = make_continuation_lm({"backend": "transformers", "model": str(tiny_lm.generator.weights_path),
+                               "n_threads": 1})
+    assert isinstance(lm, TransformersLM) and lm.identity == tiny_lm.identity
+    lm = make_continuation_lm({"backend": "openai", "model": "m", "base_url": "http://localhost:1/v1"},
+                              tokenizer=tiny_lm.tokenizer)
+    assert isinstance(lm, OpenAICompletionsLM) and lm.tokenizer is tiny_lm.tokenizer
+    with pytest.raises(ConfigError, match="uses its model's own tokenizer"):
+        make_continuation_lm({"backend": "transformers", "model": str(tiny_lm.generator.weights_path)},
+                             tokenizer=tiny_lm.tokenizer)
+    with pytest.raises(ConfigError, match="unknown generator backend 'vllm'"):
+        make_continuation_lm({"backend": "vllm"})
+
+
 # ---- text level: an OpenAI-compatible /v1/completions server --------------------------------
 def test_openai_completions_rollout(bigram_lm):
     from ltrr.generation import OpenAIGenerator

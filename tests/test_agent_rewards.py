@@ -157,6 +157,10 @@ def test_rolling_normaliser_edge_cases():
         CostNormaliser().cost_reward(1.0)
     flat = CostNormaliser(window=3).update([2.0, 2.0, 2.0])
     assert flat.cost_reward([1.0, 2.0, 3.0]).tolist() == [1.0, 1.0, 0.0]
+    # extreme bounds neither overflow nor warn
+    with np.errstate(all="raise"):
+        assert CostNormaliser(window=2).update([0.0, 5e-300]).cost_reward(8.9e8) == 0.0
+        assert CostNormaliser.fixed(-1e308, 1e308).cost_reward([0.0, 1e308]).tolist() == [0.5, 0.0]
     with pytest.raises(ConfigError, match="window must be a positive integer"):
         CostNormaliser(window=0).update([1.0])
     with pytest.raises(DataError, match="finite numbers"):

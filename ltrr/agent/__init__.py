@@ -10,7 +10,7 @@ injects, and finishes with ``<answer>...</answer>``.
   `describe_arm`).
 - `ltrr.agent.backends`: models that continue a partial assistant turn: `TransformersLM` and
   `LlamaCppLM` (token level, exact ids), `OpenAICompletionsLM` (text level,
-  ``/v1/completions``).
+  ``/v1/completions``); `make_continuation_lm` builds one from a ``[generator]`` config table.
 - `ltrr.agent.loop`: `AgentLoop` (the rollout; `pool_search` adapts a `Pool`).
 - `ltrr.agent.trajectory`: `Trajectory` (ids and mask for SFT and GRPO), JSONL
   `save_trajectories` / `load_trajectories`, `score_trajectories`.
@@ -27,6 +27,8 @@ _EXPORTS = {
     "LlamaCppLM": "ltrr.agent.backends",
     "OpenAICompletionsLM": "ltrr.agent.backends",
     "TransformersLM": "ltrr.agent.backends",
+    "continuation_lms": "ltrr.agent.backends",
+    "make_continuation_lm": "ltrr.agent.backends",
     "AgentLoop": "ltrr.agent.loop",
     "pool_search": "ltrr.agent.loop",
     "build_messages": "ltrr.agent.prompt",

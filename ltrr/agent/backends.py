@@ -15,20 +15,26 @@ assistant turn, so it needs a model that *continues* a sequence rather than answ
 A continuation stops when its decoded text contains one of ``params.stop`` (kept in the text,
 unlike `ltrr.generation.Generator.generate`, because the loop parses the closing tag), at the
 end-of-sequence token or after ``params.max_new_tokens`` tokens.
+
+Each class wraps the generator of the same backend (registry `continuation_lms`, keyed by the
+generator backend's name), so `make_continuation_lm` builds one from the ``[generator]`` config
+table that `ltrr.generation.make_generator` reads.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ltrr._errors import ConfigError
+from ltrr._registry import Registry
 from ltrr.generation.base import DecodingParams
 
-__all__ = ["Continuation", "ContinuationLM", "LlamaCppLM", "OpenAICompletionsLM", "TransformersLM"]
+__all__ = ["Continuation", "ContinuationLM", "LlamaCppLM", "OpenAICompletionsLM", "TransformersLM",
+           "continuation_lms", "make_continuation_lm"]
 
 
 @dataclass
@@ -441,3 +447,39 @@ def _open_closer(text: str, stops: Sequence[str]) -> str | None:
         if at > where and text.find(stop, at) < 0:
             best, where = stop, at
     return best
+
+
+continuation_lms: Registry = Registry("continuation backend")
+continuation_lms.register("transformers", TransformersLM)
+continuation_lms.register("openai", OpenAICompletionsLM)
+continuation_lms.register("llama_cpp", LlamaCppLM, extra="llamacpp")
+
+
+def make_continuation_lm(config: Mapping[str, Any] | None = None, *, tokenizer: Any = None) -> ContinuationLM:
+    """The continuation model of a generator config table (as `ltrr.generation.make_generator`).
+
+    Parameters
+    ----------
+    config : mapping, optional
+        A generator table such as ``{"backend": "transformers", "model": "path/to/folder"}``;
+        its errors are `make_generator`'s.
+    tokenizer : transformers tokenizer, optional
+        For the text-level ``openai`` backend: the served model's tokenizer (see
+        `OpenAICompletionsLM`); refused by the token-level backends, which use their own.
+
+    Examples
+    --------
+    >>> lm = make_continuation_lm({"backend": "openai", "model": "m", "base_url": "http://localhost:8000/v1"})
+    >>> type(lm).__name__, lm.token_level
+    ('OpenAICompletionsLM', False)
+    """
+    from ltrr.generation import make_generator
+
+    generator = make_generator(config)
+    cls = continuation_lms.get(generator.backend)
+    if cls is OpenAICompletionsLM:
+        return cls(generator, tokenizer=tokenizer)
+    if tokenizer is not None:
+        raise ConfigError(f"the {generator.backend!r} continuation backend uses its model's own tokenizer; "
+                          "pass tokenizer= only with the openai backend")
+    return cls(generator)

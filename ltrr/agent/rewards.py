@@ -479,7 +479,11 @@ class CostNormaliser:
         lo, hi = self.bounds()
         values, scalar = _costs_array(cost, with_shape=True)
         if hi > lo:
-            out = np.clip((values - lo) / (hi - lo), 0.0, 1.0)
+            # halves never overflow, and halving is exact: the same numbers as (c - lo) / (hi - lo)
+            # for any representable bounds; costs outside [lo, hi] are set apart
+            with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+                frac = (values / 2 - lo / 2) / (hi / 2 - lo / 2)
+            out = np.where(values <= lo, 0.0, np.where(values >= hi, 1.0, np.clip(frac, 0.0, 1.0)))
         else:
             out = (values > lo).astype(np.float64)
         return float(out[0]) if scalar else out
