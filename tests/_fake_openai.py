@@ -13,7 +13,9 @@ every request gets ``default``. Behaviours:
 - ``"badjson_content"``: ok, but the content is not JSON (for JSON mode).
 
 ``POST /v1/completions`` (for likelihood scoring) echoes the prompt with per-token
-log-probabilities, or without them for the behaviour ``"nologprobs"``.
+log-probabilities, or without them for the behaviour ``"nologprobs"``; the behaviours
+``("text", continuation)`` and ``("text_vllm", continuation)`` answer a scripted text
+continuation instead, cut at the request's stop strings (the latter with vLLM's ``stop_reason``).
 
 Whatever the behaviour, a request with ``response_format = {"type": "json_object"}`` that is
 answered ok gets JSON content: ``{"echo": last user message}``.
@@ -155,6 +157,9 @@ class FakeOpenAI:
                 import re
 
                 behaviour = fake._next()
+                if isinstance(behaviour, tuple) and behaviour[0] in ("text", "text_vllm"):
+                    self._continuation(body, behaviour)
+                    return
                 text = body["prompt"]
                 choice: dict[str, Any] = {"index": 0, "text": text + " x", "finish_reason": "length"}
                 if behaviour != "nologprobs":
@@ -165,6 +170,23 @@ class FakeOpenAI:
                         "token_logprobs": [None] + [-len(w.strip()) / 10 for _, w in spans[1:]],
                     }
                 self._send(200, json.dumps({"choices": [choice]}).encode(), "application/json")
+
+            def _continuation(self, body: dict, behaviour: tuple) -> None:
+                """A scripted text continuation, cut before the first stop string as servers do
+                (``finish_reason`` "stop"); ``"text_vllm"`` also names the stop string in
+                ``stop_reason``, as vLLM does. A third item sets the ``finish_reason`` of a text that
+                no stop string cuts (default "length"; "stop" for an end of sequence)."""
+                text, stop_reason = behaviour[1], None
+                finish = behaviour[2] if len(behaviour) > 2 else "length"
+                cuts = [(text.find(s), s) for s in body.get("stop") or [] if s in text]
+                if cuts:
+                    at, stop_reason = min(cuts)
+                    text, finish = text[:at], "stop"
+                choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
+                if behaviour[0] == "text_vllm":
+                    choice["stop_reason"] = stop_reason
+                usage = {"prompt_tokens": len(body["prompt"].split()), "completion_tokens": len(text.split())}
+                self._send(200, json.dumps({"choices": [choice], "usage": usage}).encode(), "application/json")
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

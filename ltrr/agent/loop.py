@@ -1,0 +1,450 @@
+"""The rollout of the multi-round router (Router-R1, Zhang, Feng & You, 2025).
+
+`AgentLoop.rollout` answers one question:
+
+1. The chat (the system prompt of `ltrr.agent.prompt` and the question) is rendered with the
+   model's chat template and its generation prompt; those ids are the prompt (mask 0).
+2. The model continues the sequence until its text closes ``</search>`` or ``</answer>``
+   (stop strings), ends its sequence, or writes ``max_new_tokens`` tokens; its ids are kept as
+   they came (mask 1).
+3. A closed ``<search>ARM: sub-query</search>`` that names a real arm with a non-empty query
+   runs the arm (``search(arm, query, k)``); its passages, cut to ``max_obs_tokens`` tokens,
+   are injected as ``<information>...</information>`` (mask 0). An invalid call (unknown arm,
+   empty query, a malformed tag) injects nothing, as in Router-R1, and is recorded. Every
+   call, valid or not, counts towards ``max_turns``.
+4. After ``max_turns`` calls a short instruction is injected (mask 0,
+   `ltrr.agent.prompt.FINAL_ANSWER_INSTRUCTION`) and the model writes one last turn with
+   searching disabled (only ``</answer>`` stops it).
+5. The rollout ends at ``</answer>``, at a turn that closes nothing (``unclosed_tag``), or when
+   the total token budget is spent (``token_cap``); see `ltrr.agent.trajectory` for the stop
+   reasons and issues recorded.
+
+Bad input never raises: an empty question is recorded (``empty_question``) and answered with
+nothing, without a model call; an unknown arm, an over-long observation, a model that never
+closes a tag and an exhausted search budget are recorded in the trajectory.
+
+Every continuation goes through ltrr's `GenerationCache` when one is given, keyed (with
+`ltrr.generation.cache.cache_key`) by the backend, the model identity, the decoding parameters
+and a sha256 of the prefix ids (of the prefix text at text level). Decoding is greedy unless
+``temperature > 0``; sampling is seeded with ``seed`` (one seed for every call of a rollout,
+so a seed gives one trajectory; give each member of an RL group its own seed). Greedy calls
+are keyed with seed 0, since the seed cannot change them.
+
+Examples
+--------
+>>> from ltrr.agent.backends import Continuation, ContinuationLM
+>>> class Words(ContinuationLM):  # a scripted model over a toy word tokenizer
+...     backend, identity = "words", "words-1"
+...     vocab = ["<pad>", "<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
+...              "bm25:", "capital", "paris", "<information>", "</information>", "Doc", "1:"]
+...     replies = iter(["<think> capital </think> <search> bm25: capital </search>",
+...                     "<think> paris </think> <answer> paris </answer>"])
+...     def render(self, messages): return "Q"
+...     def prompt_ids(self, messages): return [0]
+...     def encode(self, text): return [self.vocab.index(w) if w in self.vocab else 0 for w in text.split()]
+...     def decode(self, ids): return " ".join(self.vocab[i] for i in ids if i)
+...     def continue_(self, ids, text, params):
+...         new = self.encode(next(self.replies))
+...         return Continuation(self.decode(new), new, len(new), "stop")
+>>> search = lambda arm, query, k: [("d1", "paris")]
+>>> loop = AgentLoop(Words(), search, arms=[{"name": "bm25", "retriever": "bm25"}])
+>>> t = loop.rollout("What is the capital of France?", qid="q1")
+>>> t.answer, t.stop_reason, [s.arm for s in t.searches], t.mask.count(1)
+('paris', 'answered', ['bm25'], 13)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ltrr._errors import ConfigError, DataError, LtrrError
+from ltrr.agent.backends import Continuation, ContinuationLM
+from ltrr.agent.prompt import FINAL_ANSWER_INSTRUCTION, build_messages
+from ltrr.agent.rewards import TAGS, parse_search
+from ltrr.agent.trajectory import Search, Trajectory, Turn
+from ltrr.generation.base import DecodingParams, Generation
+
+__all__ = ["AgentLoop", "SearchFn", "format_information", "pool_search"]
+
+#: ``search(arm, query, k) -> [(docid, text), ...]`` in rank order; ``k`` None means the arm's
+#: own passage count.
+SearchFn = Callable[[str, str, "int | None"], Sequence[tuple[str, str]]]
+INFO_HEAD = "\n\n<information>\n"
+INFO_TAIL = "\n</information>\n\n"
+NO_PASSAGES = "(no passages: this arm retrieves nothing)"
+_PROTOCOL_TAG = re.compile(r"</?(?:" + "|".join(TAGS) + r")>")
+
+
+def pool_search(pool: Any) -> SearchFn:
+    """A `SearchFn` over a built `ltrr.retrieval.pool.Pool` (one ``Pool.search`` per call)."""
+
+    def search(arm: str, query: str, k: int | None) -> list[tuple[str, str]]:
+        import pandas as pd
+
+        rows = pool.search(pd.DataFrame({"qid": ["q"], "question": [query]}), arms=[arm], k=k)
+        return list(zip(rows["docid"].astype(str), rows["text"].astype(str), strict=True))
+
+    return search
+
+
+def format_information(passages: Sequence[tuple[str, str]]) -> str:
+    """The body of an ``<information>`` block: ``Doc i: text`` lines, protocol tags removed.
+
+    A passage that contains ``<answer>`` or another protocol tag would confuse the format
+    rules and the parser, so those tags are dropped from passage text.
+
+    Examples
+    --------
+    >>> print(format_information([("d1", "Paris is <b>the</b> capital."), ("d2", "<answer>x")]))
+    Doc 1: Paris is <b>the</b> capital.
+    Doc 2: x
+    """
+    if not passages:
+        return NO_PASSAGES
+    return "\n".join(f"Doc {i}: {' '.join(_PROTOCOL_TAG.sub('', t).split())}"
+                     for i, (_, t) in enumerate(passages, 1))
+
+
+def _action(text: str, closers: Sequence[str]) -> tuple[str | None, str | None]:
+    """``(tag, content)`` of the first closing tag of ``closers`` in a model turn.
+
+    ``tag`` is ``"search"`` or ``"answer"`` (None when no closer is in the text); ``content`` is
+    the text between the last matching opener before it and the closer, or None when there is
+    no opener (a malformed tag).
+    """
+    found = [(text.find(c), c) for c in closers if c in text]
+    if not found:
+        return None, None
+    at, closer = min(found)
+    tag = closer[2:-1]
+    opener = f"<{tag}>"
+    start = text.rfind(opener, 0, at)
+    return tag, (None if start < 0 else text[start + len(opener): at])
+
+
+def _sha256_of(prefix: Any) -> str:
+    data = prefix if isinstance(prefix, str) else ",".join(map(str, prefix))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+class AgentLoop:
+    """Roll out the multi-round router on questions; see the module docstring.
+
+    Parameters
+    ----------
+    lm : ContinuationLM
+        The policy model (`ltrr.agent.backends.TransformersLM`,
+        `ltrr.agent.backends.OpenAICompletionsLM`, ...).
+    search : callable
+        ``search(arm, query, k) -> [(docid, text), ...]`` (`SearchFn`; `pool_search` adapts a
+        `Pool`). An `ltrr` error it raises is recorded as an invalid call.
+    arms : sequence of Arm or mapping
+        The arms the model may call (their names, families and costs go into the prompt).
+    strengths : mapping, optional
+        Arm name -> (question type -> mean utility on the design part), for the prompt.
+    retriever_types : mapping, optional
+        Pool retriever name -> type, for the arms' families (`ltrr.agent.prompt.arm_family`).
+    k : int or None
+        Passages per search; None uses each arm's own ``k``.
+    max_turns : int
+        Search calls before the final answer-only turn.
+    max_new_tokens : int
+        Token cap of one model turn.
+    max_obs_tokens : int
+        Token cap of the passages of one ``<information>`` block.
+    max_total_tokens : int, optional
+        Token budget of the whole sequence (prompt included); None uses the model's context.
+    temperature, top_p : float
+        Decoding; greedy when ``temperature`` is 0.
+    seed : int
+        Sampling seed of every call (`rollout` may override it).
+    cache : GenerationCache, optional
+        Where continuations are cached; None calls the model every time.
+    system_role : bool
+        Put the instructions in a system message (False: at the top of the user message).
+
+    Attributes
+    ----------
+    hits, misses : int
+        Continuation calls answered by the cache, and sent to the model.
+
+    Examples
+    --------
+    See the module docstring.
+    """
+
+    def __init__(
+        self,
+        lm: ContinuationLM,
+        search: SearchFn,
+        arms: Sequence[Any],
+        *,
+        strengths: Mapping[str, Mapping[str, float]] | None = None,
+        retriever_types: Mapping[str, str] | None = None,
+        k: int | None = 3,
+        max_turns: int = 3,
+        max_new_tokens: int = 256,
+        max_obs_tokens: int = 512,
+        max_total_tokens: int | None = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        cache: Any = None,
+        system_role: bool = True,
+    ):
+        self.lm = lm
+        self.search = search
+        self.arms = arms
+        self.strengths = strengths
+        self.retriever_types = retriever_types
+        self.k = k
+        self.max_turns = max_turns
+        self.max_new_tokens = max_new_tokens
+        self.max_obs_tokens = max_obs_tokens
+        self.max_total_tokens = max_total_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.seed = seed
+        self.cache = cache
+        self.system_role = system_role
+        self.hits = 0
+        self.misses = 0
+
+    @classmethod
+    def from_pool(cls, lm: ContinuationLM, pool: Any, **kwargs: Any) -> AgentLoop:
+        """A loop over a built pool: its arms, their retriever types and `pool_search`."""
+        types = {name: r.name for name, r in pool.retrievers.items()}
+        return cls(lm, pool_search(pool), pool.arms, retriever_types=types, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"AgentLoop(lm={self.lm!r}, arms={self.arm_names!r}, max_turns={self.max_turns!r})"
+
+    @property
+    def arm_names(self) -> list[str]:
+        names: list[str] = []
+        for a in self.arms:
+            name: Any = a.get("name") if isinstance(a, Mapping) else getattr(a, "name", a)
+            names.append(name)
+        return names
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
+
+    def _validate(self) -> None:
+        def positive(name: str, allow_none: bool = False) -> None:
+            v = getattr(self, name)
+            if v is None and allow_none:
+                return
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"AgentLoop {name} must be a positive integer, got {v!r}")
+
+        for name in ("max_new_tokens", "max_obs_tokens"):
+            positive(name)
+        positive("k", allow_none=True)
+        positive("max_total_tokens", allow_none=True)
+        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 0:
+            raise ConfigError(f"AgentLoop max_turns must be an integer >= 0, got {self.max_turns!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"AgentLoop seed must be an integer, got {self.seed!r}")
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ConfigError(f"AgentLoop temperature must be >= 0, got {self.temperature!r}")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ConfigError(f"AgentLoop top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.lm, ContinuationLM):
+            raise ConfigError(f"AgentLoop lm must be a ContinuationLM, got {type(self.lm).__name__}")
+        if not callable(self.search):
+            raise ConfigError("AgentLoop search must be a callable search(arm, query, k)")
+        names = self.arm_names
+        if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise ConfigError(f"AgentLoop arms must have unique, non-empty names, got {names!r}")
+
+    # ---- rollouts ------------------------------------------------------------------------
+    def run(self, questions: Iterable[Any], *, seed: int | None = None) -> list[Trajectory]:
+        """Roll out every question: strings (qids ``q0``, ``q1``, ...) or ``(qid, question)``."""
+        out = []
+        for i, item in enumerate(questions):
+            qid, question = (f"q{i}", item) if isinstance(item, str) else item
+            out.append(self.rollout(question, qid=qid, seed=seed))
+        return out
+
+    def rollout(self, question: str, *, qid: str = "", seed: int | None = None) -> Trajectory:
+        """One trajectory for ``question``; never raises for bad model output (see module)."""
+        self._validate()
+        if not isinstance(question, str):
+            raise DataError(f"question must be a string, got {type(question).__name__}")
+        seed = self.seed if seed is None else seed
+        lm = self.lm
+        traj = Trajectory(qid=str(qid), question=question, arms=self.arm_names, model=lm.identity,
+                          seed=int(seed), token_level=lm.token_level)
+        if not question.strip():
+            traj.stop_reason = "empty_question"
+            traj.issues.append("empty_question")
+            return traj
+        messages = build_messages(question, self.arms, self.strengths, max_turns=self.max_turns,
+                                  retriever_types=self.retriever_types, system_role=self.system_role)
+        traj.prompt = lm.render(messages)
+        if lm.token_level:
+            traj.ids = list(lm.prompt_ids(messages))
+            traj.mask = [0] * len(traj.ids)
+            traj.prompt_tokens = len(traj.ids)
+        else:
+            traj.prompt_tokens = lm.count_tokens(traj.prompt)
+        state = _State(traj, lm, traj.prompt_tokens)
+        budget = self.max_total_tokens or lm.context_length
+        calls, final = 0, False
+        while True:
+            if calls >= self.max_turns and not final:
+                final = True
+                state.flag("max_turns")
+                state.inject(FINAL_ANSWER_INSTRUCTION, "final_instruction")
+            room = budget - state.used
+            if room <= 0:
+                state.stop("token_cap")
+                break
+            n_new = min(self.max_new_tokens, room)
+            closers = ("</answer>",) if final else ("</search>", "</answer>")
+            params = DecodingParams(max_new_tokens=n_new, temperature=float(self.temperature),
+                                    top_p=float(self.top_p), stop=closers,
+                                    seed=int(seed) if self.temperature > 0 else 0)
+            cont = self._continue(state, params)
+            if cont.error is not None:
+                traj.error = cont.error
+                state.stop("error")
+                break
+            tag, content = _action(cont.text, closers)
+            state.add_model(cont, tag or ("eos" if cont.finish == "eos" else "length"))
+            if tag == "answer":
+                traj.answer = None if content is None else content.strip()
+                if content is None:
+                    state.flag("malformed_answer")
+                traj.stop_reason = "max_turns" if final else "answered"
+                break
+            if tag == "search":
+                calls += 1
+                self._search(state, content)
+                continue
+            state.stop("token_cap" if cont.finish == "length" and n_new < self.max_new_tokens
+                       else "unclosed_tag")
+            break
+        return traj
+
+    def _continue(self, state: _State, params: DecodingParams) -> Continuation:
+        lm = self.lm
+        prefix: Any = state.traj.ids if lm.token_level else state.traj.prompt + state.traj.text
+        if self.cache is None:
+            self.misses += 1
+            return lm.continue_(list(state.traj.ids), state.context_text(), params)
+        from ltrr.generation.cache import cache_key
+
+        payload = {"agent_continue": "ids" if lm.token_level else "text",
+                   "sha256": _sha256_of(prefix), "length": len(prefix)}
+        key = cache_key(lm.backend, lm.identity, params, payload)  # type: ignore[arg-type]
+        hit = self.cache.get_many([key]).get(key)
+        if hit is not None and isinstance(hit.extra.get("ids"), list):
+            self.hits += 1
+            return Continuation(text=hit.text, ids=[int(i) for i in hit.extra["ids"]],
+                                n_tokens=hit.completion_tokens, finish=str(hit.extra.get("finish")),
+                                latency_s=hit.latency_s, cached=True)
+        self.misses += 1
+        cont = lm.continue_(list(state.traj.ids), state.context_text(), params)
+        if cont.error is None:
+            gen = Generation(text=cont.text, prompt_tokens=len(prefix) if lm.token_level else 0,
+                             completion_tokens=cont.n_tokens, latency_s=cont.latency_s,
+                             extra={"ids": cont.ids, "finish": cont.finish})
+            self.cache.put_many([(key, lm.backend, lm.identity, params, gen)])
+        return cont
+
+    def _search(self, state: _State, content: str | None) -> None:
+        if content is None:
+            state.traj.searches.append(Search(arm=None, query="", valid=False, reason="malformed_tag"))
+            state.flag("invalid_search")
+            return
+        arm, query, error = parse_search(content, self.arm_names)
+        if error is not None:
+            state.traj.searches.append(Search(arm=arm, query=query, valid=False, reason=error))
+            state.flag("invalid_search")
+            return
+        try:
+            hits = self.search(arm, query, self.k)  # type: ignore[arg-type]
+        except LtrrError as exc:
+            state.traj.searches.append(Search(arm=arm, query=query, valid=False,
+                                              reason=f"search_error: {exc}"))
+            state.flag("search_error")
+            return
+        passages = _check_hits(hits, arm)[: self.k]  # type: ignore[arg-type]
+        n, truncated = state.inject_information(format_information(passages), self.max_obs_tokens)
+        state.traj.searches.append(Search(arm=arm, query=query, valid=True, docids=[d for d, _ in passages],
+                                          injected_tokens=n, truncated=truncated))
+        if truncated:
+            state.flag("obs_truncated")
+
+
+def _check_hits(hits: Any, arm: str) -> list[tuple[str, str]]:
+    try:
+        passages = [(str(d), t) for d, t in hits]
+    except (TypeError, ValueError):
+        raise DataError(f"search({arm!r}, ...) must return (docid, text) pairs, got {hits!r}"[:200]) from None
+    if not all(isinstance(t, str) for _, t in passages):
+        raise DataError(f"search({arm!r}, ...) returned a passage text that is not a string")
+    return passages
+
+
+class _State:
+    """The growing trajectory of one rollout: turns, ids and mask, tokens used."""
+
+    def __init__(self, traj: Trajectory, lm: ContinuationLM, used: int):
+        self.traj, self.lm, self.used = traj, lm, used
+
+    def context_text(self) -> str:
+        return "" if self.lm.token_level else self.traj.prompt + self.traj.text
+
+    def flag(self, issue: str) -> None:
+        if issue not in self.traj.issues:
+            self.traj.issues.append(issue)
+
+    def stop(self, reason: str) -> None:
+        self.traj.stop_reason = reason
+        if reason in ("unclosed_tag", "token_cap", "error"):
+            self.flag(reason)
+
+    def add_model(self, cont: Continuation, kind: str) -> None:
+        self.traj.turns.append(Turn("model", cont.text, cont.n_tokens, kind, cont.cached))
+        if self.lm.token_level:
+            self.traj.ids += cont.ids
+            self.traj.mask += [1] * len(cont.ids)
+        self.used += cont.n_tokens
+
+    def _add_injected(self, text: str, ids: list[int], kind: str) -> int:
+        n = len(ids) if self.lm.token_level else self.lm.count_tokens(text)
+        self.traj.turns.append(Turn("injected", text, n, kind))
+        self.traj.ids += ids
+        self.traj.mask += [0] * len(ids)
+        self.used += n
+        return n
+
+    def inject(self, text: str, kind: str) -> int:
+        ids = self.lm.encode(text) if self.lm.token_level else []
+        return self._add_injected(text, ids, kind)
+
+    def inject_information(self, body: str, max_tokens: int) -> tuple[int, bool]:
+        """Inject ``<information>`` + body cut to ``max_tokens`` + ``</information>``.
+
+        At token level the three parts are encoded apart, so the passages take exactly the
+        ids that were kept (at most ``max_tokens``), never re-tokenised with their neighbours.
+        """
+        lm = self.lm
+        if lm.token_level:
+            body_ids = lm.encode(body)
+            truncated = len(body_ids) > max_tokens
+            if truncated:
+                body_ids = body_ids[:max_tokens]
+                body = lm.decode(body_ids)
+            ids = lm.encode(INFO_HEAD) + body_ids + lm.encode(INFO_TAIL)
+        else:
+            body, truncated = lm.truncate(body, max_tokens)
+            ids = []
+        return self._add_injected(INFO_HEAD + body + INFO_TAIL, ids, "information"), truncated
