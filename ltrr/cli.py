@@ -542,11 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--timeout", type=float, default=120.0, help="longest wait of a request, in seconds")
     sv.set_defaults(func=cmd_serve)
 
+    from ltrr.agent.commands import add_parser as add_agent_parser
     from ltrr.context.commands import add_parser as add_context_parser
     from ltrr.policy.commands import add_parser as add_policy_parser
 
     add_policy_parser(sub, _log, _out)
     add_context_parser(sub, _log, _out)
+    add_agent_parser(sub, _log, _out)
 
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")

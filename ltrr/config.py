@@ -69,6 +69,21 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "roles": ((dict,), {}),  # name -> {keywords, priorities, budget_offset}, over the default roles
         "dedup_threshold": ((float,), 0.95),  # embedding cosine at which a new memory item is a duplicate
     },
+    # the multi-round router (ltrr.agent; `ltrr agent sft|eval`)
+    "agent": {
+        "k": ((int,), 1),  # passages per search
+        "max_turns": ((int,), 3),  # searches before the answer-only turn
+        "max_obs_tokens": ((int,), 150),  # tokens of passages per <information>
+        "max_new_tokens": ((int,), 96),  # tokens per model turn
+        "alpha": ((float,), 0.2),  # cost reward's weight, counted only for a correct answer
+        "token_price": ((float,), 0.001),  # cost of one injected token, in arm-cost units
+        "metric": ((str,), "recall"),  # outcome reward (a registry metric)
+        "correct_threshold": ((float,), 1.0),  # outcome at which an answer counts as correct
+        "n_eval": ((int,), 150),  # test questions per policy (multihop first, then a type-stratified sample)
+        "policy": ((str,), ""),  # a policy folder (SFT or RL); "" = the generator's model
+        "holdout_arms": ((list,), []),  # arms kept from SFT and the prompt; `agent eval --holdout` adds them
+        "sft": ((dict,), {}),  # SFT settings (ltrr.agent.sft.SFTSpec): epochs, learning_rate, max_examples, ...
+    },
     "labels": {
         "metric": ((str,), "f1"),
         "extra_metrics": ((list,), []),
@@ -223,6 +238,7 @@ class Config:
     protocol: dict = field(default_factory=dict)
     policy: dict = field(default_factory=dict)
     context: dict = field(default_factory=dict)
+    agent: dict = field(default_factory=dict)
     source: str = ""
 
     @property
@@ -241,7 +257,7 @@ class Config:
         return {
             k: copy.deepcopy(getattr(self, k))
             for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
-                      "features", "train", "eval", "protocol", "policy", "context")
+                      "features", "train", "eval", "protocol", "policy", "context", "agent")
         }
 
     def fingerprint(self, *sections: str) -> str:

@@ -1,0 +1,110 @@
+"""The multi-round router on a run: its partition, the arms' strengths, the model, the loop.
+
+Everything here reads a `ltrr.pipeline.Run` (its config's ``[agent]`` table, its pool, its
+labels) and builds what `ltrr.agent.sft` and `ltrr.agent.evaluate` need:
+
+- `partition`: the protocol's design/test partition of the run's queries (`ltrr protocol`'s,
+  by group, seeded), so SFT and RL only ever see design groups;
+- `strengths`: each arm's mean utility per query type on the design part, for the prompt;
+- `policy_lm`: the policy model, a trained policy folder or the run's generator model;
+- `make_loop`: an `AgentLoop` over the run's built pool, every continuation cached in the run's
+  generation cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ltrr._errors import ConfigError, NotBuiltError
+
+__all__ = ["partition", "strengths", "policy_lm", "make_loop", "gold_answers", "agent_dir"]
+
+
+def agent_dir(run) -> Path:
+    """``<workdir>/agent``: SFT data, policies and evaluations of the run."""
+    return run.workdir / "agent"
+
+
+def partition(run) -> tuple[list[str], list[str]]:
+    """(design qids, test qids): `ltrr.eval.protocol.design_test_partition` of the run's queries."""
+    from ltrr.eval.protocol import design_test_partition
+
+    part = design_test_partition(run.dataset.queries.reset_index(drop=True),
+                                 design_size=run.config.protocol["design_size"], random_state=run.config.seed)
+    return [str(q) for q in part.train], [str(q) for q in part.test]
+
+
+def labels_table(run) -> pd.DataFrame:
+    path = run.labels_dir / "labels.parquet"
+    if not path.exists():
+        raise NotBuiltError(f"the agent needs the run's labels ({path}); run `ltrr label {run.config.source}` first")
+    return pd.read_parquet(path)
+
+
+def strengths(run, labels: pd.DataFrame, design: list[str]) -> dict[str, dict[str, float]]:
+    """Arm -> (query type -> mean utility on the design part), failed items left out."""
+    q = run.dataset.queries.assign(qid=run.dataset.queries["qid"].astype(str)).set_index("qid")
+    lab = labels[labels["qid"].astype(str).isin(set(design))]
+    if "failed" in lab:
+        lab = lab[~lab["failed"].astype(bool)]
+    lab = lab.assign(qtype=lab["qid"].astype(str).map(q["qtype"]) if "qtype" in q else "all")
+    table = lab.groupby(["arm", "qtype"])["utility"].mean()
+    out: dict[str, dict[str, float]] = {}
+    for (arm, qtype), value in table.items():
+        out.setdefault(str(arm), {})[str(qtype)] = round(float(value), 3)
+    return out
+
+
+def gold_answers(run) -> dict[str, list[str]]:
+    q = run.dataset.queries
+    return {str(i): [str(a) for a in ans] for i, ans in zip(q["qid"], q["answers"], strict=True)}
+
+
+def policy_lm(run, policy: str | Path | None = None):
+    """The policy model: a policy folder (SFT or RL, a Hugging Face folder), else the run's
+    generator model, as a token-level `ltrr.agent.backends.ContinuationLM` where it can be one."""
+    from ltrr.agent.backends import TransformersLM, make_continuation_lm
+    from ltrr.pipeline import _PIPELINE_GEN_KEYS
+
+    policy = policy or run.config.agent["policy"]
+    if policy:
+        folder = Path(policy)
+        if not (folder / "config.json").exists():
+            raise NotBuiltError(f"{folder}: no policy model (config.json and safetensors weights); "
+                                "train one with `ltrr agent sft CONFIG`")
+        return TransformersLM(str(folder))
+    gcfg = {k: v for k, v in run.config.generation.items() if k not in _PIPELINE_GEN_KEYS}
+    return make_continuation_lm(gcfg)
+
+
+def make_loop(run, lm, labels: pd.DataFrame | None = None, *, design: list[str] | None = None,
+              use_cache: bool = True, holdout: list[str] | None = None, **overrides: Any):
+    """An `AgentLoop` over the run's built pool with ``[agent]`` settings (``overrides`` win), the
+    arms' design-part strengths in the prompt, and the ``holdout`` arms left out."""
+    from ltrr.agent.loop import AgentLoop, pool_search
+    from ltrr.generation.cache import GenerationCache
+
+    acfg = run.config.agent
+    pool = run.pool.load(run.index_dir)
+    holdout = list(acfg["holdout_arms"] if holdout is None else holdout)
+    unknown = sorted(set(holdout) - set(pool.arm_names))
+    if unknown:
+        raise ConfigError(f"[agent] holdout_arms names {unknown}, not arms of the pool {pool.arm_names}")
+    arms = [a for a in pool.arms if a.name not in holdout]
+    power = strengths(run, labels, design) if labels is not None and design is not None else None
+    if power is not None:
+        power = {a: v for a, v in power.items() if a not in holdout}
+    settings = {"k": acfg["k"], "max_turns": acfg["max_turns"], "max_new_tokens": acfg["max_new_tokens"],
+                "max_obs_tokens": acfg["max_obs_tokens"], "seed": run.config.seed}
+    unknown = sorted(set(overrides) - set(settings) - {"temperature", "top_p", "cache", "max_total_tokens"})
+    if unknown:
+        raise ConfigError(f"make_loop: unknown setting(s) {unknown}")
+    settings.update(overrides)
+    cache = settings.pop("cache", None)
+    if cache is None and use_cache and run.config.generation.get("use_cache", True):
+        cache = GenerationCache(run.cache_path)
+    types = {name: r.name for name, r in pool.retrievers.items()}
+    return AgentLoop(lm, pool_search(pool), arms, strengths=power, retriever_types=types, cache=cache, **settings)

@@ -1,0 +1,321 @@
+"""The format warm-start of the multi-round router: scripted design-part trajectories, then SFT.
+
+SmolLM2-135M never writes the router's tags unprompted, so the policy first learns the format
+from supervised trajectories of design-part questions (never a test group):
+
+- a single-hop question whose label-best arm is a retrieval arm (its utility above the
+  no-retrieval arm's; ties go to the cheaper arm) searches that arm once with the question and
+  answers with the gold alias;
+- a question best answered closed-book (no retrieval arm beats ``none``) answers at once;
+- a ``multihop`` question searches once per hop: the bridge sentence, with the arm that ranks
+  the bridge document first (the cheapest such arm), then the missing name and the asked
+  predicate, with the arm that ranks the answer's document first; a hop no arm finds at rank 1
+  drops the question, so no script reasons from passages that do not hold what it says.
+
+The scripts are played through the real `AgentLoop` with `ScriptedLM`, which writes the
+scripted turns with the policy's own tokenizer, so the injected ``<information>`` blocks, the
+prompt and the token mask are exactly those of a rollout. TRL's `SFTTrainer` then fine-tunes
+the policy on the pre-tokenised trajectories with the loss on model-written tokens only (the
+mask becomes TRL's ``assistant_masks``). Training checkpoints every ``save_steps`` optimiser
+steps and resumes from the last checkpoint; the policy is saved with safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.agent.backends import Continuation, ContinuationLM
+
+__all__ = ["SFTSpec", "ScriptedLM", "script_for", "build_sft_trajectories", "train_sft"]
+
+_BRIDGE = re.compile(r'^(?P<hop2>.*?) \(The blank is the name missing from: "(?P<bridge>.*)"\)$')
+
+
+@dataclass(frozen=True)
+class SFTSpec:
+    """SFT settings (``[agent] sft``).
+
+    Attributes
+    ----------
+    epochs : float
+        Passes over the scripted trajectories.
+    learning_rate : float
+        AdamW's peak rate (linear warm-up, then linear decay).
+    max_examples : int
+        Design questions scripted: every usable ``multihop`` one first, then a type-stratified,
+        seeded sample of the others.
+    batch_size, grad_accum : int
+        Sequences per forward pass, and passes per optimiser step.
+    max_length : int
+        Tokens kept per sequence (longer ones are cut at the end).
+    save_steps : int
+        Optimiser steps between checkpoints.
+    warmup_ratio : float
+        Share of the steps spent warming up.
+    """
+
+    epochs: float = 1.0
+    learning_rate: float = 5e-5
+    max_examples: int = 300
+    batch_size: int = 1
+    grad_accum: int = 8
+    max_length: int = 768
+    save_steps: int = 5
+    warmup_ratio: float = 0.05
+
+    @classmethod
+    def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
+        names = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(names)}")
+        spec = cls(**{k: (float(v) if isinstance(getattr(cls, k), float) and isinstance(v, int)
+                          and not isinstance(v, bool) else v) for k, v in d.items()})
+        for f in fields(cls):
+            v = getattr(spec, f.name)
+            kind = float if isinstance(f.default, float) else int
+            if isinstance(v, bool) or not isinstance(v, kind) or not v > 0:
+                raise ConfigError(f"{where}.{f.name} must be a positive {kind.__name__}, got {v!r}")
+        if spec.warmup_ratio >= 1:
+            raise ConfigError(f"{where}.warmup_ratio must be below 1, got {spec.warmup_ratio!r}")
+        return spec
+
+
+class ScriptedLM(ContinuationLM):
+    """Writes scripted model turns with a real token-level model's tokenizer and chat template.
+
+    Each `continue_` call returns the next scripted turn, encoded by ``lm``; the loop around it
+    runs as in a rollout (the turns must close ``</search>`` or ``</answer>``).
+
+    Examples
+    --------
+    >>> lm = ScriptedLM(base_lm, ["<think>x</think>\\n<answer>y</answer>"])  # doctest: +SKIP
+    """
+
+    backend = "scripted"
+    token_level = True
+
+    def __init__(self, lm: ContinuationLM, turns: list[str]):
+        if not lm.token_level:
+            raise ConfigError("SFT trajectories need a token-level policy model (transformers)")
+        self.lm = lm
+        self.turns = list(turns)
+
+    @property
+    def identity(self) -> str:
+        return f"scripted:{self.lm.identity}"
+
+    @property
+    def context_length(self) -> int:
+        return self.lm.context_length
+
+    def render(self, messages):
+        return self.lm.render(messages)
+
+    def prompt_ids(self, messages):
+        return self.lm.prompt_ids(messages)
+
+    def encode(self, text):
+        return self.lm.encode(text)
+
+    def decode(self, ids):
+        return self.lm.decode(ids)
+
+    def continue_(self, ids, text, params) -> Continuation:
+        if not self.turns:
+            return Continuation("", [], 0, "error", error="the script has no turn left")
+        turn = self.turns.pop(0)
+        new = self.lm.encode(turn)
+        return Continuation(turn, new, len(new), "stop")
+
+
+def script_for(gold: str, plan: list[tuple[str, str, str]]) -> list[str]:
+    """The model turns of one scripted trajectory: a search per ``(arm, sub-query, thought)`` of
+    ``plan``, then the answer ``gold``; no search when ``plan`` is empty.
+
+    Examples
+    --------
+    >>> script_for("Shakespeare", [("bm25", "Who wrote Hamlet?", "I need evidence for this.")])[0]
+    '<think>I need evidence for this. bm25 suits this search.</think>\n<search>bm25: Who wrote Hamlet?</search>'
+    >>> script_for("Paris", [])
+    ['<think>I can answer this without searching.</think>\n<answer>Paris</answer>']
+    """
+    if not plan:
+        return [f"<think>I can answer this without searching.</think>\n<answer>{gold}</answer>"]
+    turns = [f"<think>{why} {arm} suits this search.</think>\n<search>{arm}: {query}</search>"
+             for arm, query, why in plan]
+    turns.append(f"<think>The information answers the question.</think>\n<answer>{gold}</answer>")
+    return turns
+
+
+def _first_hit_arm(pool, queries: pd.DataFrame, gold: dict[str, str], arms: list[str], costs: dict) -> dict:
+    """qid -> the cheapest arm (name order on ties) whose first passage is the gold document."""
+    res = pool.search(queries, arms=arms, k=1)
+    top = res[res["rank"] == 1]
+    hit = top[top["docid"].astype(str) == top["qid"].map(gold).astype(str)]
+    out = {}
+    for qid, g in hit.groupby("qid"):
+        out[str(qid)] = min(g["arm"].astype(str), key=lambda a: (costs[a], a))
+    return out
+
+
+def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[tuple[str, list]]:
+    """(qid, plan) of the scripted design questions; see the module docstring."""
+    from ltrr.routers.reference import utility_frame
+
+    q = run.dataset.queries.assign(qid=run.dataset.queries["qid"].astype(str)).set_index("qid")
+    pool = run.pool.load(run.index_dir)
+    costs = pool.costs
+    none = [a for a in pool.arm_names if pool.arm(a).retriever is None]
+    retrieval = [a for a in pool.arm_names if a not in none]
+    rng = np.random.default_rng(run.config.seed)
+    dq = q.loc[[i for i in design if i in q.index]]
+    plans: list[tuple[str, list]] = []
+    # multihop: one search per hop, each with an arm that finds its document at rank 1
+    mh = dq[dq["qtype"].astype(str) == "multihop"] if "qtype" in dq else dq.iloc[:0]
+    if len(mh) and run.dataset.qrels is None:
+        raise DataError("multihop questions need qrels (their bridge and answer documents) to be scripted")
+    if len(mh):
+        qrels = run.dataset.qrels.assign(qid=run.dataset.qrels["qid"].astype(str))
+        corpus = run.dataset.corpus.set_index("docid")["title"]
+        hop1, hop2, gold1, gold2 = [], [], {}, {}
+        for qid, row in mh.iterrows():
+            m = _BRIDGE.match(str(row["question"]))
+            docs = qrels.loc[qrels["qid"] == qid, "docid"].astype(str).tolist()
+            a = qid.removeprefix("mul-")
+            if not m or len(docs) != 2 or a not in docs:
+                continue
+            b = next(d for d in docs if d != a)
+            name = str(corpus.get(b, ""))
+            hop1.append((qid, m.group("bridge").replace("___", "").strip()))
+            hop2.append((qid, m.group("hop2").replace("___", name)))
+            gold1[qid], gold2[qid] = a, b
+        if hop1:
+            arm1 = _first_hit_arm(pool, pd.DataFrame(hop1, columns=["qid", "question"]), gold1, retrieval, costs)
+            arm2 = _first_hit_arm(pool, pd.DataFrame(hop2, columns=["qid", "question"]), gold2, retrieval, costs)
+            for (qid, s1), (_, s2) in zip(hop1, hop2, strict=True):
+                if qid in arm1 and qid in arm2:
+                    name = str(corpus.get(gold2[qid], ""))
+                    plans.append((qid, [(arm1[qid], s1, "First I need the missing name."),
+                                        (arm2[qid], s2, f"The missing name is {name}. Now I need the year.")]))
+    plans = plans[: spec.max_examples]
+    # single-hop: the label-best arm once, or no search when no retrieval arm beats none
+    U = utility_frame(labels)
+    single = dq[(dq["qtype"].astype(str) != "multihop") if "qtype" in dq else slice(None)]
+    single = single[single.index.isin(U.index)]
+    room = spec.max_examples - len(plans)
+    if room > 0 and len(single):
+        types = sorted(single["qtype"].astype(str).unique()) if "qtype" in single else ["all"]
+        per = max(1, room // len(types))
+        chosen: list[str] = []
+        for t in types:
+            ids = np.sort(single.index[single["qtype"].astype(str) == t].to_numpy()) if "qtype" in single \
+                else np.sort(single.index.to_numpy())
+            chosen += rng.permutation(ids)[:per].tolist()
+        for qid in sorted(chosen)[:room]:
+            u = U.loc[qid]
+            base = float(u[none[0]]) if none and none[0] in u else -np.inf
+            best = max(retrieval, key=lambda a: (float(u.get(a, -np.inf)), -costs[a]))
+            plan = [(best, str(q.loc[qid, "question"]), "I need evidence for this.")] \
+                if float(u.get(best, -np.inf)) > base else []
+            plans.append((qid, plan))
+    if not plans:
+        raise DataError("no design question could be scripted for SFT (no labels or usable multihop questions)")
+    return plans
+
+
+def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spec: SFTSpec):
+    """Scripted trajectories of design questions (see the module docstring), in qid order."""
+    from ltrr.agent.run import gold_answers, make_loop
+
+    gold = gold_answers(run)
+    trajs = []
+    for qid, plan in sorted(_plans(run, labels, design, spec)):
+        question = str(run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str)).loc[qid, "question"])
+        scripted = ScriptedLM(lm, script_for(gold[qid][0], plan))
+        loop = make_loop(run, scripted, labels, design=design, use_cache=False)  # holdout arms left out
+        t = loop.rollout(question, qid=qid)
+        if t.stop_reason != "answered":
+            raise DataError(f"the SFT script of {qid} ended with {t.stop_reason} ({t.issues}); this is a bug")
+        trajs.append(t)
+    return trajs
+
+
+def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, seed: int = 0,
+              log=print, show_progress: bool = False) -> dict:
+    """Fine-tune the policy with TRL's `SFTTrainer` on ``trajectories`` (loss on their mask-1
+    tokens); save it to ``out`` (safetensors, tokenizer, ``sft.json``). Resumes from the last
+    checkpoint under ``out/checkpoints``."""
+    try:
+        from datasets import Dataset
+        from transformers import PrinterCallback, TrainerCallback
+        from trl import SFTConfig, SFTTrainer
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        from ltrr._errors import MissingDependencyError
+
+        raise MissingDependencyError(f"SFT needs TRL: pip install 'ltrr[agent]' ({exc})") from None
+    from ltrr.agent.backends import TransformersLM
+
+    out = Path(out)
+    lm = model_dir_or_lm if isinstance(model_dir_or_lm, TransformersLM) else TransformersLM(model_dir_or_lm)
+    model, tokenizer = lm.generator.hf_model, lm.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    rows = {"input_ids": [list(t.ids)[: spec.max_length] for t in trajectories],
+            "assistant_masks": [list(t.mask)[: spec.max_length] for t in trajectories]}
+    if not rows["input_ids"] or not any(1 in m for m in rows["assistant_masks"]):
+        raise DataError("no SFT trajectory has a model-written token")
+    ckpt = out / "checkpoints"
+    args = SFTConfig(output_dir=str(ckpt), num_train_epochs=spec.epochs, learning_rate=spec.learning_rate,
+                     per_device_train_batch_size=spec.batch_size, gradient_accumulation_steps=spec.grad_accum,
+                     warmup_steps=float(spec.warmup_ratio), lr_scheduler_type="linear", logging_steps=1,
+                     save_steps=spec.save_steps, save_total_limit=1, save_only_model=False, use_cpu=True,
+                     seed=seed, data_seed=seed, report_to=[], max_length=spec.max_length, bf16=False, fp16=False,
+                     disable_tqdm=not show_progress, dataloader_num_workers=0, packing=False)
+    history: list[dict] = []
+
+    class _Log(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                history.append({"step": state.global_step, "loss": float(logs["loss"]), "epoch": logs.get("epoch")})
+                if state.global_step % 10 == 0:
+                    log(f"[agent sft] step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f}")
+
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict(rows), processing_class=tokenizer,
+                         callbacks=[_Log()])
+    trainer.remove_callback(PrinterCallback)  # the log lines above, not a dict per step
+    resume = any(ckpt.glob("checkpoint-*")) if ckpt.exists() else False
+    if resume:
+        log(f"[agent sft] resuming from the last checkpoint in {ckpt}")
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    seconds = time.perf_counter() - t0
+    # the loss history of every leg (a resumed run's trainer state holds the earlier steps)
+    history = [{"step": h["step"], "loss": h["loss"], "epoch": h.get("epoch")}
+               for h in trainer.state.log_history if "loss" in h] or history
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    trainer.save_model(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    record = {"spec": asdict(spec), "examples": len(rows["input_ids"]),
+              "model_tokens": int(sum(sum(m) for m in rows["assistant_masks"])),
+              "tokens": int(sum(len(i) for i in rows["input_ids"])), "steps": trainer.state.global_step,
+              "seconds_this_leg": round(seconds, 1), "resumed": resume, "base_model": lm.identity,
+              "seed": seed, "loss": history}
+    (tmp / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for item in sorted(tmp.iterdir(), key=lambda p: p.name == "sft.json"):  # sft.json last: it marks a whole policy
+        item.replace(out / item.name)
+    tmp.rmdir()
+    shutil.rmtree(ckpt, ignore_errors=True)  # the policy is saved; the checkpoints were for resuming
+    return record

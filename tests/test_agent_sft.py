@@ -1,0 +1,148 @@
+"""The multi-round router on a run: scripted SFT trajectories, one TRL SFT run and the evaluation,
+end to end on a tiny random Llama (the policy) and the "test-last-doc" reader (the labels) of
+tests/test_pipeline_e2e.py, with two-hop bridge questions in the dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ltrr.agent.sft import SFTSpec, script_for
+
+
+def _dataset(root: Path) -> Path:
+    """The e2e dataset plus six two-hop questions in the demo's multihop format."""
+    from test_pipeline_e2e import _dataset as e2e_dataset
+
+    src = e2e_dataset(root)
+    ds = root / "ds-agent"
+    if ds.exists():
+        return ds
+    ds.mkdir()
+    corpus = (src / "corpus.jsonl").read_text()
+    queries = (src / "queries.jsonl").read_text()
+    qrels = []
+    for j in range(6):
+        corpus += json.dumps({"docid": f"a{j}", "title": f"Valley {j}",
+                              "text": f"The quiet valley of glimmer{j} was mapped by Zorbex{j} long ago."}) + "\n"
+        corpus += json.dumps({"docid": f"b{j}", "title": f"Zorbex{j}",
+                              "text": f"Zorbex{j} opened a museum in {1900 + j}."}) + "\n"
+        question = (f'___ opened a museum in what year? (The blank is the name missing from: "The quiet valley '
+                    f'of glimmer{j} was mapped by ___ long ago.")')
+        queries += json.dumps({"qid": f"mul-a{j}", "question": question, "answers": [str(1900 + j)],
+                               "qtype": "multihop", "group": f"mh{j}"}) + "\n"
+        qrels += [json.dumps({"qid": f"mul-a{j}", "docid": d, "relevance": 1}) for d in (f"a{j}", f"b{j}")]
+    (ds / "corpus.jsonl").write_text(corpus)
+    (ds / "queries.jsonl").write_text(queries)
+    (ds / "qrels.jsonl").write_text("\n".join(qrels) + "\n")
+    return ds
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    from _tiny_llm import save_tiny_llm
+    from test_pipeline_e2e import _config, _register_reader
+
+    root = tmp_path_factory.mktemp("agent")
+    _register_reader()
+    tiny = root / "tiny"
+    save_tiny_llm(tiny, seed=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LTRR_DATA_DIR", str(root / "data"))
+        mp.chdir(root)
+        ds = _dataset(root)
+        cfg = _config(root, "ag", root / "unused", 7)
+        text = cfg.read_text().replace(f'dataset = "{root / "ds"}"', f'dataset = "{ds}"')
+        text = text.replace('rankers = ["lambdamart-listwise", "svm-pointwise", "ffn-pairwise"]',
+                            'rankers = ["lambdamart-listwise"]')
+        assert f'dataset = "{ds}"' in text
+        text = text.replace('metric = "f1"\n', 'metric = "f1"\nextra_metrics = ["recall", "contains", "em"]\n')
+        cfg.write_text(text + f'[agent]\npolicy = "{tiny}"\nmax_new_tokens = 8\nn_eval = 8\nmetric = "f1"\n'
+                              'sft = {max_examples = 10, epochs = 1.0, batch_size = 2, grad_accum = 1, '
+                              'max_length = 400, save_steps = 2}\n')
+        yield root, cfg, tiny
+
+
+def test_scripts_and_spec():
+    assert script_for("1903", [("bm25", "valley of glimmer3", "First I need the missing name."),
+                               ("bm25-top1", "Zorbex3 opened a museum in what year?", "Now the year.")]) == [
+        "<think>First I need the missing name. bm25 suits this search.</think>\n<search>bm25: valley of glimmer3</search>",
+        "<think>Now the year. bm25-top1 suits this search.</think>\n<search>bm25-top1: Zorbex3 opened a museum "
+        "in what year?</search>",
+        "<think>The information answers the question.</think>\n<answer>1903</answer>"]
+    assert SFTSpec.from_mapping({"epochs": 2}).epochs == 2.0
+    from ltrr._errors import ConfigError
+
+    for bad, msg in (({"epochs": 0}, "epochs must be a positive float"), ({"lr": 1}, "unknown key(s) ['lr']"),
+                     ({"batch_size": 1.5}, "batch_size must be a positive int"),
+                     ({"warmup_ratio": 1.0}, "warmup_ratio must be below 1")):
+        with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            SFTSpec.from_mapping(bad)
+
+
+def test_sft_and_eval_end_to_end(project, capsys):
+    from ltrr.agent.rewards import format_reward
+    from ltrr.agent.trajectory import load_trajectories
+    from ltrr.cli import main
+
+    root, cfg, tiny = project
+    for stage in ("index", "label", "features"):
+        assert main([stage, str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["agent", "sft", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    policy = root / "ag" / "agent" / "policies" / "sft"
+    assert f"policy: {policy}" in out
+    assert (policy / "model.safetensors").exists() and (policy / "config.json").exists()
+    rec = json.loads((policy / "sft.json").read_text())
+    assert rec["steps"] >= 1 and rec["loss"] and all(x["loss"] > 0 for x in rec["loss"])
+    assert not (policy / "checkpoints").exists()
+    trajs = load_trajectories(root / "ag" / "agent" / "sft_data" / "trajectories.jsonl")
+    assert trajs and rec["examples"] == len(trajs)
+    design_mh = [t for t in trajs if t.qid.startswith("mul-")]
+    assert design_mh, "the design part's two-hop questions are scripted"
+    for t in trajs:
+        assert t.stop_reason == "answered" and format_reward(t.text, t.arms)[0] == 0, t.text
+        # the loss mask: model-written ids are labels, prompt and injected ids are -100
+        assert [x for x, m in zip(t.ids, t.mask, strict=True) if m] == [x for x in t.labels() if x != -100]
+        assert t.mask.count(1) > 0 and t.mask[: t.prompt_tokens] == [0] * t.prompt_tokens
+    for t in design_mh:  # one search per hop, each reading its gold document
+        j = t.qid.removeprefix("mul-a")
+        assert len(t.searches) == 2 and [s.docids for s in t.searches] == [[f"a{j}"], [f"b{j}"]]
+    # the evaluation: the SFT policy against the baselines, on test questions only
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--n", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "| multi-round router |" in out and "| LTRR top-1 |" in out and "| oracle arm |" in out
+    doc = json.loads((root / "ag" / "agent" / "eval-sft" / "eval.json").read_text())
+    from ltrr.agent.run import partition
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    design, test = partition(Run(load_config(str(cfg))))
+    assert doc["n"] == 6 and set(doc["questions"]) <= set(test) and doc["n_multihop"] >= 1
+    assert 0 <= doc["format_valid_rate"] <= 1 and set(doc["agent"]) == {"recall", "contains", "f1", "em"}
+    assert {t["n"] for k, t in doc["tests"].items() if k.endswith("| all")} == {6}
+    assert not {t.qid for t in trajs} & set(test)  # SFT saw design questions only
+    # the same evaluation again comes from the cache
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--n", "6"]) == 0
+    again = json.loads((root / "ag" / "agent" / "eval-sft" / "eval.json").read_text())
+    assert again["cache"]["misses"] == 0 and again["agent"] == doc["agent"]
+
+
+def test_bad_agent_input_is_one_line(project, capsys):
+    from ltrr.cli import main
+
+    root, cfg, tiny = project
+    base = cfg.read_text()
+    assert main(["agent", "eval", str(cfg), "--policy", str(root / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no policy model" in err[0]
+    cfg.write_text(base.replace("[agent]\n", '[agent]\nholdout_arms = ["dense"]\n'))
+    assert main(["agent", "eval", str(cfg)]) == 2
+    assert "holdout_arms names ['dense'], not arms of the pool" in capsys.readouterr().err
+    cfg.write_text(base.replace("max_examples = 10", "max_examples = 0"))
+    assert main(["agent", "sft", str(cfg)]) == 2
+    assert "max_examples must be a positive int" in capsys.readouterr().err
+    cfg.write_text(base)
