@@ -51,8 +51,8 @@ class SFTSpec:
     learning_rate : float
         AdamW's peak rate (linear warm-up, then linear decay).
     max_examples : int
-        Design questions scripted: every usable ``multihop`` one first, then a type-stratified,
-        seeded sample of the others.
+        Design questions scripted: usable ``multihop`` ones first (at most half), then a
+        type-stratified, seeded sample of the others.
     batch_size, grad_accum : int
         Sequences per forward pass, and passes per optimiser step.
     max_length : int
@@ -207,7 +207,7 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[
                     name = str(corpus.get(gold2[qid], ""))
                     plans.append((qid, [(arm1[qid], s1, "First I need the missing name."),
                                         (arm2[qid], s2, f"The missing name is {name}. Now I need the year.")]))
-    plans = plans[: spec.max_examples]
+    plans = plans[: max(1, spec.max_examples // 2)]  # two-hop scripts fill at most half
     # single-hop: the label-best arm once, or no search when no retrieval arm beats none
     U = utility_frame(labels)
     single = dq[(dq["qtype"].astype(str) != "multihop") if "qtype" in dq else slice(None)]
@@ -250,6 +250,21 @@ def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spe
     return trajs
 
 
+def _plain_copy(model):
+    """A GGUF file loads de-quantised (float32 weights) but stays flagged as quantised, which the
+    Trainer refuses; the same weights in a plain model of the same config train and save normally."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype)
+    plain.load_state_dict(model.state_dict(), strict=True)
+    return plain
+
+
 def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, seed: int = 0,
               log=print, show_progress: bool = False) -> dict:
     """Fine-tune the policy with TRL's `SFTTrainer` on ``trajectories`` (loss on their mask-1
@@ -268,6 +283,8 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
     out = Path(out)
     lm = model_dir_or_lm if isinstance(model_dir_or_lm, TransformersLM) else TransformersLM(model_dir_or_lm)
     model, tokenizer = lm.generator.hf_model, lm.tokenizer
+    if getattr(model, "hf_quantizer", None) is not None:
+        model = _plain_copy(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     rows = {"input_ids": [list(t.ids)[: spec.max_length] for t in trajectories],
