@@ -214,10 +214,12 @@ class AgentLoop:
         self.misses = 0
 
     @classmethod
-    def from_pool(cls, lm: ContinuationLM, pool: Any, **kwargs: Any) -> AgentLoop:
-        """A loop over a built pool: its arms, their retriever types and `pool_search`."""
+    def from_pool(cls, lm: ContinuationLM, pool: Any, *, arms: Sequence[Any] | None = None,
+                  **kwargs: Any) -> AgentLoop:
+        """A loop over a built pool: its arms (or the given subset), their retriever types and
+        `pool_search`."""
         types = {name: r.name for name, r in pool.retrievers.items()}
-        return cls(lm, pool_search(pool), pool.arms, retriever_types=types, **kwargs)
+        return cls(lm, pool_search(pool), pool.arms if arms is None else arms, retriever_types=types, **kwargs)
 
     def __repr__(self) -> str:
         return f"AgentLoop(lm={self.lm!r}, arms={self.arm_names!r}, max_turns={self.max_turns!r})"

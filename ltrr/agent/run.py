@@ -84,7 +84,7 @@ def make_loop(run, lm, labels: pd.DataFrame | None = None, *, design: list[str] 
               use_cache: bool = True, holdout: list[str] | None = None, **overrides: Any):
     """An `AgentLoop` over the run's built pool with ``[agent]`` settings (``overrides`` win), the
     arms' design-part strengths in the prompt, and the ``holdout`` arms left out."""
-    from ltrr.agent.loop import AgentLoop, pool_search
+    from ltrr.agent.loop import AgentLoop
     from ltrr.generation.cache import GenerationCache
 
     acfg = run.config.agent
@@ -106,5 +106,4 @@ def make_loop(run, lm, labels: pd.DataFrame | None = None, *, design: list[str] 
     cache = settings.pop("cache", None)
     if cache is None and use_cache and run.config.generation.get("use_cache", True):
         cache = GenerationCache(run.cache_path)
-    types = {name: r.name for name, r in pool.retrievers.items()}
-    return AgentLoop(lm, pool_search(pool), arms, strengths=power, retriever_types=types, cache=cache, **settings)
+    return AgentLoop.from_pool(lm, pool, arms=arms, strengths=power, cache=cache, **settings)

@@ -238,12 +238,13 @@ def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spe
     from ltrr.agent.run import gold_answers, make_loop
 
     gold = gold_answers(run)
+    questions = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
+    scripted = ScriptedLM(lm, [])
+    loop = make_loop(run, scripted, labels, design=design, use_cache=False)  # holdout arms left out
     trajs = []
     for qid, plan in sorted(_plans(run, labels, design, spec)):
-        question = str(run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str)).loc[qid, "question"])
-        scripted = ScriptedLM(lm, script_for(gold[qid][0], plan))
-        loop = make_loop(run, scripted, labels, design=design, use_cache=False)  # holdout arms left out
-        t = loop.rollout(question, qid=qid)
+        scripted.turns = script_for(gold[qid][0], plan)
+        t = loop.rollout(str(questions.loc[qid]), qid=qid)
         if t.stop_reason != "answered":
             raise DataError(f"the SFT script of {qid} ended with {t.stop_reason} ({t.issues}); this is a bug")
         trajs.append(t)
