@@ -82,6 +82,7 @@ def test_scripts_and_spec():
             SFTSpec.from_mapping(bad)
 
 
+@pytest.mark.slow
 def test_sft_and_eval_end_to_end(project, capsys):
     from ltrr.agent.rewards import format_reward
     from ltrr.agent.trajectory import load_trajectories
@@ -131,6 +132,7 @@ def test_sft_and_eval_end_to_end(project, capsys):
     assert again["cache"]["misses"] == 0 and again["agent"] == doc["agent"]
 
 
+@pytest.mark.slow
 def test_bad_agent_input_is_one_line(project, capsys):
     from ltrr.cli import main
 
