@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._errors import NotBuiltError
+from ltrr._log import progress_enabled
 from ltrr.context.pack import evidence_recall
 from ltrr.context.rag import PackSpec, pack_query, question_embeddings
 
@@ -95,7 +96,7 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
     results = pd.read_parquet(run.results_path)
     retrieving = [a.name for a in pool.arms if not a.is_no_retrieval and not a.is_packed]
     qdf = pd.DataFrame({"qid": test, "question": [qtext[q] for q in test]})
-    deep = pool.search(qdf, retrieving, k=base.depth, show_progress=True)
+    deep = pool.search(qdf, retrieving, k=base.depth, show_progress=progress_enabled())
     deep_by_q = {q: g for q, g in deep.groupby("qid", sort=False)}
     plain_by_q = {q: g for q, g in results.groupby("qid", sort=False)}
 
