@@ -12,7 +12,7 @@ import json
 
 import pytest
 from _fake_openai import FakeOpenAI
-from _tiny_llm import CHAT_TEMPLATE, save_tiny_llm
+from _tiny_llm import save_tiny_llm, save_word_tokenizer
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.agent.backends import Continuation, ContinuationLM, OpenAICompletionsLM, TransformersLM
@@ -422,19 +422,13 @@ def bigram_lm(tmp_path_factory):
     on the current one only, and whose output head maps each token to its `BIGRAM_NEXT`: the
     real transformers generation writes a search, reads the injected block, then answers."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from ltrr.generation import TransformersGenerator
 
     folder = tmp_path_factory.mktemp("bigram-llama")
     vocab = {w: i for i, w in enumerate(BIGRAM_WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<s>", eos_token="</s>")
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(folder)
+    save_word_tokenizer(folder, vocab)
     n = len(vocab)
     config = LlamaConfig(vocab_size=n, hidden_size=32, intermediate_size=8, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,

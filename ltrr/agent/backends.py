@@ -122,7 +122,25 @@ def _finish(text: str, new_ids: Sequence[int], eos: int | None, stops: Sequence[
     return "eos" if eos is not None and eos in new_ids else "length"
 
 
-class TransformersLM(ContinuationLM):
+class _GeneratorLM(ContinuationLM):
+    """A `ContinuationLM` over one of ltrr's generators (``self.generator``): its identity and
+    context length are the generator's."""
+
+    generator: Any
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.generator!r})"
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    @property
+    def context_length(self) -> int:
+        return self.generator.context_length
+
+
+class TransformersLM(_GeneratorLM):
     """Token-level continuation with a local causal LM (ltrr's ``transformers`` backend).
 
     Parameters
@@ -151,17 +169,6 @@ class TransformersLM(ContinuationLM):
         from ltrr.generation.transformers_backend import TransformersGenerator
 
         self.generator = generator if isinstance(generator, TransformersGenerator) else TransformersGenerator(generator)
-
-    def __repr__(self) -> str:
-        return f"TransformersLM({self.generator!r})"
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    @property
-    def context_length(self) -> int:
-        return self.generator.context_length
 
     @property
     def tokenizer(self) -> Any:
@@ -211,7 +218,7 @@ class TransformersLM(ContinuationLM):
                             latency_s=time.perf_counter() - start)
 
 
-class LlamaCppLM(ContinuationLM):
+class LlamaCppLM(_GeneratorLM):
     """Token-level continuation with a GGUF model through llama-cpp-python.
 
     Parameters
@@ -235,17 +242,6 @@ class LlamaCppLM(ContinuationLM):
         from ltrr.generation.llamacpp_backend import LlamaCppGenerator
 
         self.generator = generator if isinstance(generator, LlamaCppGenerator) else LlamaCppGenerator(generator)
-
-    def __repr__(self) -> str:
-        return f"LlamaCppLM({self.generator!r})"
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    @property
-    def context_length(self) -> int:
-        return self.generator.context_length
 
     def _token_text(self, token: int) -> str:
         llama = self.generator.llama
@@ -309,7 +305,7 @@ class LlamaCppLM(ContinuationLM):
                             latency_s=time.perf_counter() - start)
 
 
-class OpenAICompletionsLM(ContinuationLM):
+class OpenAICompletionsLM(_GeneratorLM):
     """Text-level continuation through an OpenAI-compatible ``/v1/completions`` server.
 
     Requests go through ltrr's `ltrr.generation.OpenAIGenerator` (its HTTP client, API key
@@ -345,17 +341,6 @@ class OpenAICompletionsLM(ContinuationLM):
             raise ConfigError(f"OpenAICompletionsLM needs an OpenAIGenerator, got {type(generator).__name__}")
         self.generator = generator
         self.tokenizer = tokenizer
-
-    def __repr__(self) -> str:
-        return f"OpenAICompletionsLM({self.generator!r})"
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    @property
-    def context_length(self) -> int:
-        return self.generator.context_length
 
     def render(self, messages: list[dict[str, str]]) -> str:
         if self.tokenizer is not None and getattr(self.tokenizer, "chat_template", None):
