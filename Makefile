@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,lucene,ragas,spacy,serve,dist,agent
+EXTRAS ?= dev,lucene,ragas,spacy,serve,dist,agent,rl
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAGAS_DO_NOT_TRACK := true

@@ -83,6 +83,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "policy": ((str,), ""),  # a policy folder (SFT or RL); "" = the generator's model
         "holdout_arms": ((list,), []),  # arms kept from SFT and the prompt; `agent eval --holdout` adds them
         "sft": ((dict,), {}),  # SFT settings (ltrr.agent.sft.SFTSpec): epochs, learning_rate, max_examples, ...
+        "grpo": ((dict,), {}),  # GRPO settings (ltrr.agent.grpo.GRPOSpec): steps, group_size, learning_rate, ...
     },
     "labels": {
         "metric": ((str,), "f1"),

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from _fake_openai import FakeOpenAI
-from _tiny_llm import save_tiny_llm, save_word_tokenizer
+from _tiny_llm import save_bigram_llm, save_tiny_llm
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.agent.backends import Continuation, ContinuationLM, OpenAICompletionsLM, TransformersLM
@@ -407,43 +407,14 @@ def test_same_seed_same_trajectory(tiny_lm):
         "the capital of australia") == a
 
 
-BIGRAM_WORDS = ["<unk>", "<pad>", "<s>", "</s>", "<think>", "</think>", "<search>", "</search>",
-                "<information>", "</information>", "<answer>", "</answer>", "plan", "bm25:", "capital",
-                "canberra", "Doc", "1:", "2:", "system", "user", "assistant", ":"]
-# each token's successor; any other token is followed by the end of sequence
-BIGRAM_NEXT = {":": "<think>", "<think>": "plan", "plan": "</think>", "</think>": "<search>",
-               "<search>": "bm25:", "bm25:": "capital", "capital": "</search>",
-               "</information>": "<answer>", "<answer>": "canberra", "canberra": "</answer>"}
-
-
 @pytest.fixture(scope="module")
 def bigram_lm(tmp_path_factory):
-    """A one-layer Llama whose attention and MLP outputs are zeroed, so each next token depends
-    on the current one only, and whose output head maps each token to its `BIGRAM_NEXT`: the
-    real transformers generation writes a search, reads the injected block, then answers."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """`_tiny_llm.save_bigram_llm`: the real transformers generation writes a search, reads the
+    injected block, then answers."""
     from ltrr.generation import TransformersGenerator
 
     folder = tmp_path_factory.mktemp("bigram-llama")
-    vocab = {w: i for i, w in enumerate(BIGRAM_WORDS)}
-    save_word_tokenizer(folder, vocab)
-    n = len(vocab)
-    config = LlamaConfig(vocab_size=n, hidden_size=32, intermediate_size=8, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         bos_token_id=2, eos_token_id=3, pad_token_id=1, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        model.model.embed_tokens.weight.zero_()
-        model.model.embed_tokens.weight[:, :n] = torch.eye(n)
-        model.lm_head.weight.zero_()
-        for word, i in vocab.items():
-            model.lm_head.weight[vocab[BIGRAM_NEXT.get(word, "</s>")], i] = 5.0
-    model.save_pretrained(folder)
+    save_bigram_llm(folder)
     return TransformersLM(TransformersGenerator(folder, n_threads=1))
 
 

@@ -61,7 +61,9 @@ def project(tmp_path_factory):
         text = text.replace('metric = "f1"\n', 'metric = "f1"\nextra_metrics = ["recall", "contains", "em"]\n')
         cfg.write_text(text + f'[agent]\npolicy = "{tiny}"\nmax_new_tokens = 8\nn_eval = 8\nmetric = "f1"\n'
                               'sft = {max_examples = 10, epochs = 1.0, batch_size = 2, grad_accum = 1, '
-                              'max_length = 400, save_steps = 2}\n')
+                              'max_length = 400, save_steps = 2}\n'
+                              'grpo = {steps = 1, prompts_per_step = 2, group_size = 2, micro_batch = 2, '
+                              'max_new_tokens = 8, beta = 0.0}\n')
         yield root, cfg, tiny
 
 
@@ -148,3 +150,39 @@ def test_bad_agent_input_is_one_line(project, capsys):
     assert main(["agent", "sft", str(cfg)]) == 2
     assert "max_examples must be a positive int" in capsys.readouterr().err
     cfg.write_text(base)
+
+
+@pytest.mark.slow
+def test_grpo_and_rft_commands(project, capsys):
+    """`ltrr agent train` (one GRPO step) and `ltrr agent rft` from the tiny policy, and their bad input."""
+    from ltrr.cli import main
+
+    root, cfg, tiny = project
+    if not (root / "ag" / "features").exists():
+        for stage in ("index", "label", "features"):
+            assert main([stage, str(cfg)]) == 0
+    capsys.readouterr()
+    out_dir = root / "ag" / "agent" / "policies" / "grpo-test"
+    assert main(["agent", "train", str(cfg), "--from", str(tiny), "--alpha", "0.5", "--out", str(out_dir)]) == 0
+    assert f"policy: {out_dir} (1 steps, 4 rollouts" in capsys.readouterr().out
+    rec = json.loads((out_dir / "grpo.json").read_text())
+    assert rec["alpha"] == 0.5 and len(rec["router_log"]) == 1 and (out_dir / "training.png").exists()
+    from ltrr.agent.run import partition
+    from ltrr.agent.trajectory import load_trajectories
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    design, test = partition(Run(load_config(str(cfg))))
+    trained = load_trajectories(out_dir / "rollouts" / "step-000001.jsonl")
+    assert len(trained) == 4 and {t.qid for t in trained} <= set(design)  # RL never sees a test group
+    rft = root / "ag" / "agent" / "policies" / "rft-test"
+    code = main(["agent", "rft", str(cfg), "--from", str(tiny), "--rollouts", "4", "--out", str(rft)])
+    # a random tiny policy answers nothing right: rejection sampling keeps nothing, and says so
+    assert code == 2 and "rejection sampling kept no correct rollout" in capsys.readouterr().err
+    assert not (rft / "rft.json").exists()
+    for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),
+                      (["--from", str(root / "nowhere")], "no policy model"),
+                      (["--steps", "0"], "steps must be a positive int")):
+        assert main(["agent", "train", str(cfg), *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], err

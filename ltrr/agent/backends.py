@@ -34,7 +34,7 @@ from ltrr._registry import Registry
 from ltrr.generation.base import DecodingParams
 
 __all__ = ["Continuation", "ContinuationLM", "LlamaCppLM", "OpenAICompletionsLM", "TransformersLM",
-           "continuation_lms", "make_continuation_lm"]
+           "continuation_lms", "hf_continue", "make_continuation_lm"]
 
 
 @dataclass
@@ -188,34 +188,48 @@ class TransformersLM(_GeneratorLM):
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
-        import torch
+        return hf_continue(self.generator.hf_model, self.tokenizer, ids, params, device=self.generator.device)
 
-        from ltrr.generation.transformers_backend import _stop_criteria
 
-        tokenizer, model = self.tokenizer, self.generator.hf_model
-        start = time.perf_counter()
-        eos = tokenizer.eos_token_id
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-        kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "pad_token_id": pad}
-        if params.temperature > 0:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if params.stop:
-            kwargs["stopping_criteria"] = _stop_criteria(tokenizer, params.stop, len(ids))
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.generator.device)
-        try:
-            with torch.random.fork_rng(devices=[]), torch.inference_mode():
-                torch.manual_seed(params.seed)
-                out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-        except (RuntimeError, ValueError) as exc:
-            return Continuation(text="", finish="error", error=f"{type(exc).__name__}: {exc}",
-                                latency_s=time.perf_counter() - start)
-        new_ids = [int(i) for i in out[0, len(ids):].tolist()]
-        new_text = self.decode(new_ids)
-        return Continuation(text=new_text, ids=new_ids, n_tokens=len(new_ids),
-                            finish=_finish(new_text, new_ids, eos, params.stop),
+def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingParams, *,
+                device: Any = None) -> Continuation:
+    """Continue ``ids`` with a Hugging Face causal LM (`TransformersLM.continue_`'s engine).
+
+    Greedy unless ``params.temperature > 0``; sampling is seeded with ``params.seed`` for this
+    call only (the caller's torch RNG is left as it was). The model is put in eval mode for the
+    call and its mode restored, so a model in training (GRPO) samples without dropout.
+    """
+    import torch
+
+    from ltrr.generation.transformers_backend import _stop_criteria
+
+    start = time.perf_counter()
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "pad_token_id": pad}
+    if params.temperature > 0:
+        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    if params.stop:
+        kwargs["stopping_criteria"] = _stop_criteria(tokenizer, params.stop, len(ids))
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device if device is not None else model.device)
+    training = model.training
+    try:
+        model.eval()
+        with torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(params.seed)
+            out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+    except (RuntimeError, ValueError) as exc:
+        return Continuation(text="", finish="error", error=f"{type(exc).__name__}: {exc}",
                             latency_s=time.perf_counter() - start)
+    finally:
+        model.train(training)
+    new_ids = [int(i) for i in out[0, len(ids):].tolist()]
+    new_text = tokenizer.decode(new_ids, skip_special_tokens=True)
+    return Continuation(text=new_text, ids=new_ids, n_tokens=len(new_ids),
+                        finish=_finish(new_text, new_ids, eos, params.stop),
+                        latency_s=time.perf_counter() - start)
 
 
 class LlamaCppLM(_GeneratorLM):

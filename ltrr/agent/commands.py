@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Register ``ltrr agent`` on the CLI's subparsers."""
-    p = sub.add_parser("agent", help="the multi-round LLM router: format warm-start (SFT) and evaluation")
+    p = sub.add_parser("agent", help="the multi-round LLM router: SFT warm-start, GRPO training, RFT baseline, evaluation")
     asub = p.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
     s = asub.add_parser("sft", help="script design-part trajectories and fine-tune the policy on them (TRL)")
     s.add_argument("config")
@@ -21,6 +21,23 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e.add_argument("--n", type=int, help="test questions (default: [agent] n_eval)")
     e.add_argument("--holdout", action="store_true", help="put [agent] holdout_arms in the prompt too")
     e.set_defaults(func=lambda a: _eval(a, log, out))
+    t = asub.add_parser("train", help="GRPO: train the policy on design-part rollouts (TRL; needs ltrr[rl])")
+    t.add_argument("config")
+    t.add_argument("--from", dest="start", help="the starting policy (default: <workdir>/agent/policies/sft)")
+    t.add_argument("--steps", type=int, help="optimiser steps (default: [agent] grpo.steps)")
+    t.add_argument("--alpha", type=float, help="weight of the cost reward (default: [agent] alpha)")
+    t.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/grpo-a<alpha>)")
+    t.set_defaults(func=lambda a: _train(a, log, out))
+    r = asub.add_parser("rft", help="rejection-sampling fine-tuning: the RL run's equal-compute baseline")
+    r.add_argument("config")
+    r.add_argument("--from", dest="start", help="the starting policy (default: <workdir>/agent/policies/sft)")
+    r.add_argument("--rollouts", type=int, required=True, help="samples to draw (the RL run's rollouts)")
+    r.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/rft)")
+    r.set_defaults(func=lambda a: _rft(a, log, out))
+    c = asub.add_parser("compare", help="paired tests of one policy's evaluation against another's")
+    c.add_argument("policy_eval", help="an evaluation folder (<workdir>/agent/eval-NAME)")
+    c.add_argument("baseline_eval", help="the evaluation folder to compare with")
+    c.set_defaults(func=lambda a: _compare(a, out))
 
 
 def _run(args: argparse.Namespace, log):
@@ -64,4 +81,52 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     out(eval_markdown(doc))
     out(f"report: {doc['folder']}/eval.md")
     log(json.dumps({"cache": doc["cache"]}))
+    return 0
+
+
+def _train(args: argparse.Namespace, log, out) -> int:
+    from ltrr._log import progress_enabled
+    from ltrr.agent.rl import run_grpo
+    from ltrr.agent.run import agent_dir
+
+    run = _run(args, log)
+    alpha = run.config.agent["alpha"] if args.alpha is None else args.alpha
+    start = args.start or agent_dir(run) / "policies" / "sft"
+    folder = args.out or agent_dir(run) / "policies" / f"grpo-a{alpha:g}"
+    rec = run_grpo(run, start, folder, steps=args.steps, alpha=alpha, log=log, show_progress=progress_enabled())
+    last = rec["router_log"][-1] if rec["router_log"] else {}
+    out(f"policy: {folder} ({rec['steps']} steps, {rec['rollouts']} rollouts, {rec['seconds_this_leg']}s this leg; "
+        f"last step reward {last.get('reward', float('nan')):.3f})")
+    out(f"plot:   {folder}/training.png")
+    out(f"try:    ltrr agent eval {args.config} --policy {folder}")
+    return 0
+
+
+def _rft(args: argparse.Namespace, log, out) -> int:
+    from ltrr._log import progress_enabled
+    from ltrr.agent.rl import run_rft
+    from ltrr.agent.run import agent_dir
+
+    run = _run(args, log)
+    start = args.start or agent_dir(run) / "policies" / "sft"
+    folder = args.out or agent_dir(run) / "policies" / "rft"
+    rec = run_rft(run, start, folder, rollouts=args.rollouts, log=log, show_progress=progress_enabled())
+    out(f"policy: {folder} ({rec['rft_kept']} kept of {rec['rft_samples']} samples, {rec['steps']} SFT steps)")
+    out(f"try:    ltrr agent eval {args.config} --policy {folder}")
+    return 0
+
+
+def _compare(args: argparse.Namespace, out) -> int:
+    from ltrr.agent.evaluate import compare_evals
+
+    doc = compare_evals(args.policy_eval, args.baseline_eval)
+    out(f"{doc['policy']} against {doc['baseline']}, {doc['n']} common questions; format-valid "
+        f"{doc['format_valid'][0]:.3f} vs {doc['format_valid'][1]:.3f}")
+    out("| measure | policy | baseline | diff | Wilcoxon p |\n|---|---|---|---|---|")
+    for key, r in doc["rows"].items():
+        out(f"| {key} | {r['policy']:.4f} | {r['baseline']:.4f} | {r['diff']:+.4f} | {r['p']:.3g} |")
+    for m in ("contains", "f1", "em"):
+        a, b = doc["agent"][0].get(m), doc["agent"][1].get(m)
+        if a is not None and b is not None:
+            out(f"| {m} (mean only) | {a:.4f} | {b:.4f} | {a - b:+.4f} | |")
     return 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ import pandas as pd
 from ltrr._errors import DataError
 from ltrr.data.io import write_text_atomic
 
-__all__ = ["select_questions", "design_normaliser", "evaluate_agent", "METRICS"]
+__all__ = ["select_questions", "design_normaliser", "evaluate_agent", "compare_evals", "METRICS"]
 
 METRICS = ("recall", "contains", "f1", "em")  # reported; [agent] metric is the tested one
 
@@ -72,7 +73,8 @@ def design_normaliser(run, lm, labels: pd.DataFrame, design: list[str]):
 
     acfg = run.config.agent
     spec = SFTSpec.from_mapping(acfg["sft"])
-    key = hashlib.sha256(json.dumps({"agent": {k: v for k, v in acfg.items() if k not in ("n_eval", "policy")},
+    key = hashlib.sha256(json.dumps({"agent": {k: v for k, v in acfg.items() if k not in ("n_eval", "policy", "grpo")},
+                                     "sft_spec": asdict(spec),  # its defaults (ties) shape the scripts too
                                      "arms": run.config.arms, "design": sorted(design), "model": lm.identity},
                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = agent_dir(run) / "design_costs.json"
@@ -249,3 +251,40 @@ def eval_markdown(doc: dict) -> str:
                       f"{doc['n_retrieval_best']} questions whose label-best arm is a retrieval arm. "
                       f"Arm calls: {doc['arm_calls']}. Stops: {doc['stop_reasons']}."]
     return "\n".join(lines) + "\n"
+
+
+def compare_evals(policy: str | Path, baseline: str | Path) -> dict:
+    """Paired comparison of two `evaluate_agent` folders on their common questions.
+
+    For the total reward (the evaluation's fixed normaliser), the run's metric (the outcome) and
+    searches per question: both means, the difference and a two-sided paired Wilcoxon p-value
+    (`ltrr.eval.stats.paired_wilcoxon`); the means of ``contains``, ``f1`` and ``em`` come from
+    each evaluation. Both must have scored the same metric with the same cost normaliser.
+    """
+    from ltrr.agent.trajectory import load_trajectories
+    from ltrr.eval.stats import paired_wilcoxon
+
+    docs, trajs = [], []
+    for folder in (Path(policy), Path(baseline)):
+        path = folder / "eval.json"
+        if not path.exists():
+            raise DataError(f"{folder}: no evaluation (eval.json); run `ltrr agent eval` first")
+        docs.append(json.loads(path.read_text()))
+        trajs.append({t.qid: t for t in load_trajectories(folder / "trajectories.jsonl")})
+    a_doc, b_doc = docs
+    if (a_doc["metric"], a_doc["normaliser"]) != (b_doc["metric"], b_doc["normaliser"]):
+        raise DataError("the two evaluations used different metrics or cost normalisers; evaluate both again")
+    qids = sorted(set(trajs[0]) & set(trajs[1]))
+    if not qids:
+        raise DataError("the two evaluations share no question")
+    rows = {}
+    pick = {"reward": lambda t: t.rewards["total"], a_doc["metric"]: lambda t: t.rewards["outcome"],
+            "searches": lambda t: sum(1 for s in t.searches if s.valid)}
+    for key, get in pick.items():
+        a, b = (np.array([get(ts[q]) for q in qids], dtype=float) for ts in trajs)
+        w = paired_wilcoxon(a, b)
+        rows[key] = {"policy": float(a.mean()), "baseline": float(b.mean()), "diff": float(a.mean() - b.mean()),
+                     "p": w.pvalue, "n_nonzero": w.n_nonzero}
+    return {"policy": a_doc["policy"], "baseline": b_doc["policy"], "n": len(qids), "rows": rows,
+            "format_valid": [a_doc["format_valid_rate"], b_doc["format_valid_rate"]],
+            "agent": [a_doc["agent"], b_doc["agent"]]}

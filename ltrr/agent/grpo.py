@@ -1,0 +1,383 @@
+"""GRPO training of the multi-round router with TRL (Router-R1's RL stage, on GRPO).
+
+TRL's `GRPOTrainer` owns the optimisation (group-normalised advantages, the clipped surrogate,
+the optional KL to the SFT policy, checkpoints); ltrr owns the rollouts and the reward:
+
+- `RouterRollouts` is the trainer's ``rollout_func``. TRL hands it the step's prompts already
+  repeated ``num_generations`` times, in consecutive blocks of G (each block one question), and
+  takes back one completion per prompt. Each completion is one `AgentLoop` rollout *sampled
+  from the live policy* (``trainer.model``, temperature 1, a seed per sample drawn from the
+  run's seed, the step and the position; no generation cache: a cached generator would give
+  every sample of a group the same text, hence a zero advantage, and would sample from stale
+  weights). It returns the prompt ids, the completion ids and ``env_mask`` (1 where the model
+  wrote the token, 0 where the loop injected it: ``<information>`` blocks and the final-answer
+  instruction); TRL multiplies ``env_mask`` into the loss mask, so injected tokens carry no
+  loss and no gradient.
+- `RouterRollouts.reward` is the one reward function: Router-R1's hierarchy (a bad format
+  scores -1 and nothing else counts; otherwise ``(1 - alpha) * outcome``, plus ``alpha *
+  cost_reward`` only for a correct answer; `ltrr.agent.rewards.total_reward`) in one function,
+  because TRL sums reward functions and the gate cannot be split. The cost reward uses a
+  rolling normaliser (5th-95th percentiles of the recent costs), checkpointed with the model.
+  It logs, per step, the format-valid rate, outcome, cost, cost reward and searches per
+  question; TRL logs the reward, its standard deviation, the entropy and
+  ``frac_reward_zero_std`` (the share of groups whose rewards are all equal: zero advantage).
+
+Router-R1's own settings (ulab-uiuc/Router-R1 at 801a240) beside ours, for the record: PPO
+with GAE, actor learning rate 1e-6, KL 0.001, 4 turns, temperature 1, 225 steps of batch 64 on
+Qwen2.5-3B. Ours differ because of compute, not by choice of method: GRPO needs no value
+model (half the memory and compute of PPO on 2 CPU cores); a 135M policy and a few dozen steps
+of 4 x 4 rollouts call for a larger learning rate than a 3B model over 225 x 64; the turns are
+capped at 2 (single-hop) and 3 (``multihop``) searches, with one passage of at most 128 tokens
+per search, so that a rollout stays near 1,200 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.agent.backends import Continuation, TransformersLM, hf_continue
+
+__all__ = ["GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "sample_seed"]
+
+
+@dataclass(frozen=True)
+class GRPOSpec:
+    """GRPO settings (``[agent] grpo``).
+
+    Attributes
+    ----------
+    steps : int
+        Optimiser steps (each on ``prompts_per_step * group_size`` rollouts).
+    prompts_per_step, group_size : int
+        Questions per step, and rollouts per question (the GRPO group, TRL's ``num_generations``).
+    micro_batch : int
+        Rollouts per forward/backward pass (the step accumulates over the rest).
+    learning_rate : float
+        AdamW's rate (constant after a short warm-up).
+    beta : float
+        KL weight to the SFT policy (TRL reloads it from the policy folder); 0 drops it.
+    temperature : float
+        Sampling temperature of the rollouts (and of TRL's log-probabilities).
+    epsilon : float
+        The surrogate's clipping range.
+    max_turns_single, max_turns_multihop : int
+        Searches before the final answer turn, for single-hop and ``multihop`` questions.
+    k, max_obs_tokens, max_new_tokens : int
+        Passages per search, tokens per ``<information>`` block, tokens per model turn.
+    window : int
+        Recent costs kept by the rolling cost normaliser.
+    save_steps : int
+        Optimiser steps between checkpoints.
+    """
+
+    steps: int = 40
+    prompts_per_step: int = 4
+    group_size: int = 4
+    micro_batch: int = 2
+    learning_rate: float = 1e-5
+    beta: float = 0.001
+    temperature: float = 1.0
+    epsilon: float = 0.2
+    max_turns_single: int = 2
+    max_turns_multihop: int = 3
+    k: int = 1
+    max_obs_tokens: int = 128
+    max_new_tokens: int = 96
+    window: int = 1000
+    save_steps: int = 1
+
+    _NONNEG = ("beta",)
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any], where: str = "[agent] grpo") -> GRPOSpec:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(names))}")
+        values = {}
+        for f in fields(cls):
+            v = d.get(f.name, f.default)
+            kind = float if isinstance(f.default, float) else int
+            if kind is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            low_ok = v >= 0 if f.name in cls._NONNEG else v > 0
+            if isinstance(v, bool) or not isinstance(v, kind) or not low_ok:
+                need = "a number >= 0" if f.name in cls._NONNEG else f"a positive {kind.__name__}"
+                raise ConfigError(f"{where}.{f.name} must be {need}, got {v!r}")
+            values[f.name] = v
+        spec = cls(**values)
+        if spec.group_size < 2:
+            raise ConfigError(f"{where}.group_size must be at least 2 (a group of one has no advantage)")
+        if (spec.prompts_per_step * spec.group_size) % spec.micro_batch:
+            raise ConfigError(f"{where}.micro_batch ({spec.micro_batch}) must divide prompts_per_step * "
+                              f"group_size ({spec.prompts_per_step * spec.group_size})")
+        return spec
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+def sample_seed(seed: int, step: int, position: int) -> int:
+    """The sampling seed of the rollout at ``position`` of optimiser step ``step``: distinct
+    per sample, and the same after a resume (it depends on the step, not on a running RNG)."""
+    return int(np.random.SeedSequence([int(seed), int(step), int(position)]).generate_state(1)[0])
+
+
+class LiveLM(TransformersLM):
+    """A `TransformersLM` whose continuations are sampled from another model object (the one
+    under training), with the base's tokenizer and chat template.
+
+    Parameters
+    ----------
+    base : TransformersLM
+        Supplies the tokenizer, chat template and identity.
+    model : torch.nn.Module, optional
+        The model to sample from; set or replace it with ``live.model = ...`` (each GRPO step
+        sets the trainer's current model).
+    """
+
+    def __init__(self, base: TransformersLM, model: Any = None):
+        self.generator = base.generator
+        self.model = model
+
+    def continue_(self, ids: list[int], text: str, params) -> Continuation:
+        if self.model is None:
+            raise ConfigError("LiveLM has no model to sample from; set .model first")
+        return hf_continue(self.model, self.tokenizer, ids, params)
+
+
+class RouterRollouts:
+    """TRL ``rollout_func`` and reward function over `AgentLoop` rollouts; see the module.
+
+    Parameters
+    ----------
+    loop_for : callable
+        ``loop_for(qid) -> AgentLoop`` (all sharing one `LiveLM`, with no cache and a positive
+        temperature).
+    questions : mapping of str to str
+        Prompt text (the question) -> qid. Each question text must belong to one qid.
+    gold : mapping of str to list of str
+        qid -> gold aliases.
+    arm_costs : mapping
+        Arm -> cost (``Pool.costs``).
+    normaliser : CostNormaliser
+        A rolling (training-mode) normaliser.
+    group_size : int
+        TRL's ``num_generations``.
+    alpha, token_price, metric, correct_threshold
+        The reward's settings (`ltrr.agent.trajectory.score_trajectories`).
+    seed : int
+        The run's seed (`sample_seed`).
+    out : Path, optional
+        Where each step's rollouts are written (``rollouts/step-NNNNNN.jsonl``).
+    """
+
+    def __init__(self, loop_for: Callable[[str], Any], questions: Mapping[str, str], gold: Mapping[str, Sequence[str]],
+                 arm_costs: Mapping[str, float], normaliser: Any, group_size: int, *, alpha: float = 0.0,
+                 token_price: float = 0.0, metric: str = "recall", correct_threshold: float = 1.0, seed: int = 0,
+                 out: Path | None = None):
+        self.loop_for = loop_for
+        self.questions = dict(questions)
+        self.gold = gold
+        self.arm_costs = dict(arm_costs)
+        self.normaliser = normaliser
+        self.group_size = int(group_size)
+        self.alpha = alpha
+        self.token_price = token_price
+        self.metric = metric
+        self.correct_threshold = correct_threshold
+        self.seed = int(seed)
+        self.out = None if out is None else Path(out)
+        self.batch: list = []
+        self.history: list[dict] = []
+        self.__name__ = "router_reward"  # TRL names reward functions by __name__
+
+    def _qid(self, prompt: Any) -> str:
+        if not isinstance(prompt, str):
+            raise DataError(f"the GRPO dataset's prompts must be question strings, got {type(prompt).__name__}")
+        if prompt not in self.questions:
+            raise DataError(f"prompt not among the training questions: {prompt[:80]!r}")
+        return self.questions[prompt]
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
+        g = self.group_size
+        if len(prompts) % g:
+            raise DataError(f"rollout_func got {len(prompts)} prompts, not a multiple of the group size {g}")
+        qids = [self._qid(p) for p in prompts]
+        for b in range(0, len(qids), g):
+            if len(set(qids[b:b + g])) != 1:
+                raise DataError(f"GRPO group {b // g} mixes questions {sorted(set(qids[b:b + g]))}; TRL must hand "
+                                "each question's samples in one consecutive block")
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        step = int(trainer.state.global_step)
+        self.batch = []
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": None, "env_mask": [],
+                                "rollout_index": []}
+        eos = None
+        for i, (prompt, qid) in enumerate(zip(prompts, qids, strict=True)):
+            loop = self.loop_for(qid)
+            loop.lm.model = model
+            eos = loop.lm.tokenizer.eos_token_id
+            traj = loop.rollout(prompt, qid=qid, seed=sample_seed(self.seed, step, i))
+            n = traj.prompt_tokens
+            completion, mask = list(traj.ids[n:]), list(traj.mask[n:])
+            if not completion:  # an empty question or a failed first call: one masked token
+                completion, mask = [int(eos if eos is not None else 0)], [0]
+            out["prompt_ids"].append(list(traj.ids[:n]))
+            out["completion_ids"].append(completion)
+            out["env_mask"].append(mask)
+            out["rollout_index"].append(i)
+            self.batch.append(traj)
+        return out
+
+    def reward(self, prompts: list, completions: list, rollout_index: list, log_metric: Callable | None = None,
+               trainer_state: Any = None, **_: Any) -> list[float]:
+        """The hierarchical reward of each rollout of the current batch (see the module)."""
+        from ltrr.agent.trajectory import save_trajectories, score_trajectories
+
+        trajs = [self.batch[int(i)] for i in rollout_index]
+        totals = score_trajectories(trajs, self.gold, arm_costs=self.arm_costs, normaliser=self.normaliser,
+                                    alpha=self.alpha, token_price=self.token_price, metric=self.metric,
+                                    correct_threshold=self.correct_threshold)
+        g = self.group_size
+        groups = np.asarray(totals, dtype=float).reshape(-1, g)
+        row = {"step": int(getattr(trainer_state, "global_step", -1)) + 1,
+               "format_valid": float(np.mean([t.rewards["format"] == 0 for t in trajs])),
+               "outcome": float(np.mean([t.rewards["outcome"] for t in trajs])),
+               "cost": float(np.mean([t.rewards["cost"] for t in trajs])),
+               "cost_reward": float(np.mean([t.rewards["cost_reward"] for t in trajs])),
+               "searches": float(np.mean([len(t.searches) for t in trajs])),
+               "reward": float(np.mean(totals)),
+               "within_group_var": float(groups.var(axis=1).mean()),
+               "zero_adv_share": float(np.mean(np.ptp(groups, axis=1) == 0))}
+        if log_metric is not None:
+            for k in ("format_valid", "outcome", "cost", "cost_reward", "searches", "within_group_var"):
+                log_metric(f"router/{k}", row[k])
+        self.history.append(row)
+        if self.out is not None:
+            save_trajectories(trajs, self.out / "rollouts" / f"step-{row['step']:06d}.jsonl")
+        return [float(x) for x in totals]
+
+
+def _trainer_classes():
+    try:
+        from transformers import PrinterCallback, TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        from ltrr._errors import MissingDependencyError
+
+        raise MissingDependencyError(f"GRPO training needs TRL 1.16: pip install 'ltrr[rl]' ({exc})") from None
+    return GRPOConfig, GRPOTrainer, TrainerCallback, PrinterCallback
+
+
+def _last_checkpoint(ckpt: Path) -> Path | None:
+    """The newest *complete* checkpoint: ``router_state.json`` is written after everything else
+    of a checkpoint, so one killed while saving is passed over."""
+    found = [p for p in ckpt.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+             and (p / "router_state.json").exists()]
+    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
+
+
+def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequence[str], out: str | Path,
+               spec: GRPOSpec, *, seed: int = 0, log: Callable[[str], None] = print, show_progress: bool = False,
+               fingerprint: Mapping[str, Any] | None = None) -> dict:
+    """Train ``policy`` with TRL's `GRPOTrainer` on ``prompts`` (question texts) and save it to
+    ``out`` (safetensors, tokenizer, ``grpo.json`` with the per-step log).
+
+    ``policy`` must be a `TransformersLM` of a saved folder (TRL reloads the reference model
+    from it when ``spec.beta > 0``). Checkpoints go to ``out/checkpoints`` every
+    ``spec.save_steps`` steps, with the rolling cost window and the per-step log; a call finds
+    the last one and resumes it (model, optimiser, scheduler, step, cost window).
+    """
+    import os
+
+    from datasets import Dataset
+
+    GRPOConfig, GRPOTrainer, TrainerCallback, PrinterCallback = _trainer_classes()
+    from ltrr.agent.sft import claim_checkpoints
+
+    out = Path(out)
+    if not prompts:
+        raise DataError("GRPO needs at least one training question")
+    if rollouts.group_size != spec.group_size:
+        raise ConfigError(f"the rollouts' group size {rollouts.group_size} is not the spec's {spec.group_size}")
+    model = policy.generator.hf_model
+    if getattr(model, "hf_quantizer", None) is not None:
+        raise ConfigError("GRPO trains a plain (unquantised) policy folder; start from the SFT policy")
+    tokenizer = policy.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    ckpt = out / "checkpoints"
+    claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "policy": policy.identity,
+                             "prompts": list(prompts), **dict(fingerprint or {})}, log, stage="agent train")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    n = spec.rollouts_per_step
+    args = GRPOConfig(output_dir=str(ckpt), max_steps=spec.steps, learning_rate=spec.learning_rate,
+                      per_device_train_batch_size=spec.micro_batch, gradient_accumulation_steps=n // spec.micro_batch,
+                      generation_batch_size=n, num_generations=spec.group_size, beta=spec.beta,
+                      temperature=spec.temperature, epsilon=spec.epsilon, num_iterations=1,
+                      warmup_steps=1 if spec.steps > 4 else 0, lr_scheduler_type="constant_with_warmup",
+                      logging_steps=1, save_steps=spec.save_steps, save_total_limit=2, save_only_model=False,
+                      use_cpu=True, seed=seed, data_seed=seed, report_to=[], bf16=False, fp16=False,
+                      disable_tqdm=not show_progress, dataloader_num_workers=0, log_completions=False,
+                      max_completion_length=policy.context_length, remove_unused_columns=False)
+
+    class _Checkpointed(TrainerCallback):
+        """Saves the cost window and the per-step log with each checkpoint, and logs a line."""
+
+        def on_save(self, args, state, control, **kw):
+            folder = ckpt / f"checkpoint-{state.global_step}"
+            if folder.exists():
+                (folder / "router_state.json").write_text(json.dumps(
+                    {"normaliser": rollouts.normaliser.to_dict(), "history": rollouts.history}) + "\n")
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                log(f"[agent train] step {state.global_step}/{state.max_steps} reward {logs['reward']:.3f} "
+                    f"format {logs.get('router/format_valid', float('nan')):.2f} "
+                    f"searches {logs.get('router/searches', float('nan')):.2f} "
+                    f"zero-adv {logs.get('frac_reward_zero_std', float('nan')):.2f}")
+
+    last = _last_checkpoint(ckpt)
+    if last is not None:
+        saved = json.loads((last / "router_state.json").read_text())
+        rollouts.normaliser = type(rollouts.normaliser).from_dict(saved["normaliser"])
+        rollouts.history = list(saved["history"])
+        log(f"[agent train] resuming from {last}")
+    trainer = GRPOTrainer(model=model, reward_funcs=[rollouts.reward], args=args,
+                          train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=tokenizer,
+                          rollout_func=rollouts, callbacks=[_Checkpointed()])
+    trainer.remove_callback(PrinterCallback)
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
+    seconds = time.perf_counter() - t0
+    steps_log = [{k: v for k, v in h.items() if isinstance(v, (int, float))}
+                 for h in trainer.state.log_history if "reward" in h]
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    trainer.save_model(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    record = {"spec": asdict(spec), "alpha": rollouts.alpha, "steps": trainer.state.global_step,
+              "rollouts": trainer.state.global_step * n, "seconds_this_leg": round(seconds, 1),
+              "resumed": last is not None, "base_policy": policy.identity, "seed": seed,
+              "trl_log": steps_log, "router_log": rollouts.history}
+    (tmp / "grpo.json").write_text(json.dumps(record, indent=1) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for item in sorted(tmp.iterdir(), key=lambda p: p.name == "grpo.json"):  # grpo.json last: a whole policy
+        target = out / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        item.replace(target)
+    tmp.rmdir()
+    return record

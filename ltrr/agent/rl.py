@@ -1,0 +1,208 @@
+"""The RL stage on a run: GRPO training (`ltrr agent train`) and its equal-compute baseline,
+rejection-sampling fine-tuning (`ltrr agent rft`).
+
+Both draw the same training questions from the design part (never a test group): every
+``multihop`` design question and as many single-hop ones, a type-stratified seeded sample, so
+two-hop questions make half the set as in the SFT scripts. Both sample rollouts from a policy
+with `ltrr.agent.grpo.LiveLM` (temperature from ``[agent] grpo``, a seed per sample, no
+generation cache) through loops with the GRPO settings (one passage of at most
+``max_obs_tokens`` per search; ``max_turns_single`` or ``max_turns_multihop`` searches).
+
+Rejection sampling (RFT) spends the RL run's rollouts on the SFT policy: ``group_size`` samples
+for each of ``rollouts / group_size`` training questions, scored with the same reward; per
+question, the best-rewarded rollout with a valid format and a correct answer is kept (none when
+no sample is correct), and the SFT policy is fine-tuned on the kept ones with ``[agent] sft``
+settings (TRL `SFTTrainer`, loss on model-written tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ltrr._errors import DataError
+
+__all__ = ["training_questions", "make_rollouts", "run_grpo", "run_rft"]
+
+
+def training_questions(run, design: list[str]) -> list[tuple[str, str, str]]:
+    """(qid, question, qtype) of the RL training questions (module docstring), sorted by qid;
+    a question text shared by several qids is kept once (the first qid)."""
+    q = run.dataset.queries.assign(qid=run.dataset.queries["qid"].astype(str)).set_index("qid")
+    dq = q.loc[[i for i in sorted(set(design)) if i in q.index]]
+    qtype = dq["qtype"].astype(str) if "qtype" in dq else None
+    rng = np.random.default_rng([run.config.seed, 16])
+    if qtype is None:
+        chosen = list(dq.index)
+    else:
+        chosen = list(dq.index[qtype == "multihop"])
+        others = sorted(t for t in qtype.unique() if t != "multihop")
+        room = max(len(chosen), 1) if chosen else len(dq)
+        per, extra = divmod(room, max(len(others), 1))
+        for i, t in enumerate(others):
+            ids = np.sort(dq.index[qtype == t].to_numpy())
+            chosen += list(rng.permutation(ids)[: per + (1 if i < extra else 0)])
+    seen: set[str] = set()
+    out = []
+    for qid in sorted(map(str, chosen)):
+        text = str(dq.loc[qid, "question"])
+        if text.strip() and text not in seen:
+            seen.add(text)
+            out.append((qid, text, str(qtype.loc[qid]) if qtype is not None else "all"))
+    if not out:
+        raise DataError("no design question to train on")
+    return out
+
+
+def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, questions=None):
+    """The `RouterRollouts` of ``policy`` (a `TransformersLM`) on the run: loops with the GRPO
+    settings sampling from a `LiveLM`, the training questions, gold aliases, costs and reward."""
+    from ltrr.agent.grpo import LiveLM, RouterRollouts
+    from ltrr.agent.rewards import CostNormaliser
+    from ltrr.agent.run import gold_answers, labels_table, make_loop, partition
+
+    labels = labels_table(run)
+    design, _ = partition(run)
+    questions = training_questions(run, design) if questions is None else questions
+    live = LiveLM(policy, policy.generator.hf_model)
+    common = {"k": spec.k, "max_obs_tokens": spec.max_obs_tokens, "max_new_tokens": spec.max_new_tokens,
+              "temperature": spec.temperature}
+    single = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_single, **common)
+    multi = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_multihop, **common)
+    qtypes = {qid: t for qid, _, t in questions}
+    acfg = run.config.agent
+    rollouts = RouterRollouts(lambda qid: multi if qtypes[qid] == "multihop" else single,
+                              {text: qid for qid, text, _ in questions}, gold_answers(run),
+                              run.pool.costs, CostNormaliser(window=spec.window), spec.group_size, alpha=alpha,
+                              token_price=acfg["token_price"], metric=acfg["metric"],
+                              correct_threshold=acfg["correct_threshold"], seed=run.config.seed, out=out)
+    return rollouts, questions
+
+
+def _load(folder: str | Path):
+    from ltrr._errors import NotBuiltError
+    from ltrr.agent.backends import TransformersLM
+
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        raise NotBuiltError(f"{folder}: no policy model (config.json and safetensors weights); "
+                            "train one with `ltrr agent sft CONFIG`")
+    return TransformersLM(str(folder))
+
+
+def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = None, alpha: float | None = None,
+             log: Callable[[str], None] = print, show_progress: bool = False) -> dict:
+    """`ltrr agent train`: GRPO from the policy in ``start`` into ``out``; see `ltrr.agent.grpo`."""
+    from dataclasses import replace
+
+    from ltrr.agent.grpo import GRPOSpec, train_grpo
+
+    spec = GRPOSpec.from_mapping(run.config.agent["grpo"])
+    if steps is not None:
+        spec = replace(spec, steps=GRPOSpec.from_mapping({**run.config.agent["grpo"], "steps": steps}).steps)
+    alpha = run.config.agent["alpha"] if alpha is None else alpha
+    _check_alpha(alpha)
+    policy = _load(start)
+    out = Path(out)
+    rollouts, questions = make_rollouts(run, policy, spec, alpha=alpha, out=out)
+    log(f"[agent train] {len(questions)} design questions ({sum(t == 'multihop' for *_, t in questions)} multihop), "
+        f"{spec.steps} steps of {spec.prompts_per_step} x {spec.group_size} rollouts, alpha {alpha}")
+    record = train_grpo(policy, rollouts, [text for _, text, _ in questions], out, spec, seed=run.config.seed,
+                        log=log, show_progress=show_progress,
+                        fingerprint={"alpha": alpha, "start": str(Path(start).resolve())})
+    plot_training(record, out / "training.png")
+    return record
+
+
+def _check_alpha(alpha: Any) -> None:
+    from ltrr._errors import ConfigError
+
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise ConfigError(f"--alpha must be a number in [0, 1], got {alpha!r}")
+
+
+def plot_training(record: dict, path: Path) -> Path:
+    """Per-step reward, format-valid rate, searches, entropy and zero-advantage share (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    router = record["router_log"]
+    trl = {int(h["step"]): h for h in record["trl_log"] if "step" in h}
+    steps = [r["step"] for r in router]
+    panels = [("reward (mean)", [r["reward"] for r in router]),
+              ("format-valid rate", [r["format_valid"] for r in router]),
+              ("searches per question", [r["searches"] for r in router]),
+              ("entropy (model tokens)", [trl.get(s, {}).get("entropy", np.nan) for s in steps]),
+              ("zero-advantage share", [r["zero_adv_share"] for r in router])]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3))
+    for ax, (title, ys) in zip(axes, panels, strict=True):
+        ax.plot(steps, ys, marker=".")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+    fig.suptitle(f"GRPO, alpha {record['alpha']}, {record['steps']} steps", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Callable[[str], None] = print,
+            show_progress: bool = False) -> dict:
+    """`ltrr agent rft`: rejection-sampling fine-tuning of the policy in ``start`` with
+    ``rollouts`` samples (module docstring); the policy goes to ``out``."""
+    from tqdm.auto import tqdm
+
+    from ltrr.agent.grpo import GRPOSpec, sample_seed
+    from ltrr.agent.sft import SFTSpec, train_sft
+    from ltrr.agent.trajectory import save_trajectories
+
+    spec = GRPOSpec.from_mapping(run.config.agent["grpo"])
+    if isinstance(rollouts, bool) or not isinstance(rollouts, int) or rollouts < spec.group_size:
+        raise DataError(f"--rollouts must be an integer >= the group size {spec.group_size}, got {rollouts!r}")
+    policy = _load(start)
+    out = Path(out)
+    roll, questions = make_rollouts(run, policy, spec, alpha=run.config.agent["alpha"], out=None)
+    order = np.random.default_rng([run.config.seed, 17]).permutation(len(questions))
+    n_q = rollouts // spec.group_size
+    picked = [questions[i] for i in np.resize(order, n_q)]  # cycles when rollouts exceed one pass
+    samples_path = out.with_name(out.name + "-samples.jsonl")
+    kept, groups = [], []
+    from ltrr.agent.trajectory import load_trajectories
+
+    done = load_trajectories(samples_path) if samples_path.exists() else []  # resume the sampling
+    for j, (qid, text, _) in enumerate(tqdm(picked, desc="rft samples", disable=not show_progress)):
+        if (j + 1) * spec.group_size <= len(done):
+            group = done[j * spec.group_size:(j + 1) * spec.group_size]
+        else:
+            loop = roll.loop_for(qid)
+            # seeds from "steps" 10**6 + j: never a GRPO step's
+            group = [loop.rollout(text, qid=qid, seed=sample_seed(run.config.seed, 10**6 + j, i))
+                     for i in range(spec.group_size)]
+            done += group
+            save_trajectories(done, samples_path)
+        groups.append(group)
+    for group in groups:
+        roll.batch = group
+        rewards = roll.reward([t.question for t in group], [None] * len(group), list(range(len(group))))
+        good = [(r, -t.rewards["cost"], i) for i, (r, t) in enumerate(zip(rewards, group, strict=True))
+                if t.rewards["format"] == 0 and t.rewards["outcome"] >= roll.correct_threshold]
+        if good:
+            kept.append(group[max(good)[2]])
+    log(f"[agent rft] {len(groups) * spec.group_size} samples of {len(groups)} questions; kept {len(kept)} "
+        f"correct ones (format-valid {np.mean([t.rewards['format'] == 0 for g in groups for t in g]):.2f})")
+    if not kept:
+        raise DataError("rejection sampling kept no correct rollout; nothing to fine-tune on")
+    sft = SFTSpec.from_mapping(run.config.agent["sft"])
+    record = train_sft(kept, policy, out, sft, seed=run.config.seed, log=log, show_progress=show_progress)
+    record.update({"rft_samples": len(groups) * spec.group_size, "rft_kept": len(kept), "rft_questions": len(groups)})
+    (out / "rft.json").write_text(json.dumps({k: v for k, v in record.items() if k != "loss"}, indent=1) + "\n")
+    return record

@@ -1,0 +1,221 @@
+"""GRPO training of the multi-round router (ltrr.agent.grpo) on tiny models: the rollout function's
+contract with TRL, the masked loss, two steps end to end, and a kill and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.agent.grpo import GRPOSpec, LiveLM, RouterRollouts, sample_seed
+
+ARMS = [{"name": "bm25", "retriever": "bm25", "k": 1, "cost": 1.0}, {"name": "none", "retriever": "none"}]
+COSTS = {"bm25": 1.0, "none": 0.0}
+QUESTIONS = {"capital ?": "q1", "capital canberra ?": "q2"}
+GOLD = {"q1": ["canberra"], "q2": ["canberra"]}
+
+
+def _search(arm, query, k):
+    return [("d1", "capital Doc")][:k]
+
+
+@pytest.fixture(scope="module")
+def bigram_dir(tmp_path_factory):
+    from _tiny_llm import save_bigram_llm
+
+    folder = tmp_path_factory.mktemp("bigram-soft")
+    save_bigram_llm(folder, logit=1.0)  # sampled at temperature 1, about half its rollouts stray
+    return folder
+
+
+def _rollouts(folder, out=None, group_size=4):
+    from ltrr.agent.backends import TransformersLM
+    from ltrr.agent.loop import AgentLoop
+    from ltrr.agent.rewards import CostNormaliser
+    from ltrr.generation import TransformersGenerator
+
+    policy = TransformersLM(TransformersGenerator(str(folder), n_threads=1))
+    live = LiveLM(policy, policy.generator.hf_model)
+    loop = AgentLoop(live, _search, ARMS, k=1, max_turns=2, max_new_tokens=12, max_obs_tokens=16, temperature=1.0)
+    return policy, RouterRollouts(lambda qid: loop, QUESTIONS, GOLD, COSTS, CostNormaliser(window=64), group_size,
+                                  alpha=0.2, seed=7, out=out)
+
+
+def _trainer_stub(model, step=0):
+    return SimpleNamespace(model=model, state=SimpleNamespace(global_step=step),
+                           accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+
+
+def test_spec_reads_and_refuses():
+    spec = GRPOSpec.from_mapping({"steps": 3, "learning_rate": 1, "beta": 0})
+    assert (spec.steps, spec.learning_rate, spec.beta, spec.rollouts_per_step) == (3, 1.0, 0.0, 16)
+    for bad, msg in (({"steps": 0}, "steps must be a positive int"), ({"lr": 1}, r"unknown key\(s\) \['lr'\]"),
+                     ({"beta": -0.1}, "beta must be a number >= 0"), ({"group_size": 1}, "at least 2"),
+                     ({"micro_batch": 3}, "must divide"), ({"group_size": True}, "positive int")):
+        with pytest.raises(ConfigError, match=msg):
+            GRPOSpec.from_mapping(bad)
+
+
+def test_sample_seeds_differ_per_sample_and_repeat_per_step():
+    seeds = {sample_seed(0, s, i) for s in range(5) for i in range(16)}
+    assert len(seeds) == 80 and sample_seed(0, 3, 2) == sample_seed(0, 3, 2) != sample_seed(1, 3, 2)
+
+
+def test_rollout_func_returns_one_exact_completion_per_prompt_in_blocks(bigram_dir, tmp_path):
+    policy, roll = _rollouts(bigram_dir, out=tmp_path)
+    prompts = ["capital ?"] * 4 + ["capital canberra ?"] * 4  # as TRL hands them: repeated, in blocks of G
+    out = roll(prompts, _trainer_stub(policy.generator.hf_model, step=2))
+    assert out["logprobs"] is None
+    assert len(out["prompt_ids"]) == len(out["completion_ids"]) == len(out["env_mask"]) == 8
+    assert [t.qid for t in roll.batch] == ["q1"] * 4 + ["q2"] * 4  # each block of G shares one qid
+    for p, c, m, t in zip(out["prompt_ids"], out["completion_ids"], out["env_mask"], roll.batch, strict=True):
+        assert p + c == t.ids and [0] * len(p) + m == t.mask and len(c) == len(m)
+        assert 0 in m or not t.searches  # injected <information> ids are masked out
+    assert len({tuple(c) for c in out["completion_ids"][:4]}) > 1, "samples of a group must differ"
+    again = roll(prompts, _trainer_stub(policy.generator.hf_model, step=2))
+    assert again["completion_ids"] == out["completion_ids"]  # seeds come from the step: a resume repeats them
+    rewards = roll.reward(prompts, [None] * 8, out["rollout_index"], trainer_state=SimpleNamespace(global_step=2))
+    assert rewards == [t.rewards["total"] for t in roll.batch] and all(-1 <= r <= 1 for r in rewards)
+    assert roll.history[-1]["step"] == 3 and 0 <= roll.history[-1]["zero_adv_share"] <= 1
+    assert (tmp_path / "rollouts" / "step-000003.jsonl").exists()
+    with pytest.raises(DataError, match="mixes questions"):
+        roll(["capital ?"] * 3 + ["capital canberra ?"] * 5, _trainer_stub(policy.generator.hf_model))
+    with pytest.raises(DataError, match="not a multiple of the group size"):
+        roll(["capital ?"] * 3, _trainer_stub(policy.generator.hf_model))
+    with pytest.raises(DataError, match="not among the training questions"):
+        roll(["elsewhere ?"] * 4, _trainer_stub(policy.generator.hf_model))
+
+
+def test_masked_positions_get_exactly_zero_loss_gradient(bigram_dir, tmp_path):
+    """TRL's GRPO loss, through `env_mask` (TRL's tool_mask): zero gradient at every injected
+    position, nonzero at every model-written one."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ltrr.agent.backends import TransformersLM
+    from ltrr.generation import TransformersGenerator
+
+    policy = TransformersLM(TransformersGenerator(str(bigram_dir), n_threads=1))
+    model = policy.generator.hf_model
+    args = GRPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, report_to=[], per_device_train_batch_size=2,
+                      num_generations=2, beta=0.0, bf16=False)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **k: [0.0] * len(completions)], args=args,
+                          train_dataset=Dataset.from_dict({"prompt": ["capital ?"] * 2}),
+                          processing_class=policy.tokenizer, rollout_func=lambda p, t: {})
+    prompt = torch.tensor([[2, 20, 22, 14], [2, 20, 22, 14]])
+    completion = torch.tensor([[4, 12, 5, 6, 13, 14, 7, 8, 16, 9, 10, 15, 11],
+                               [4, 12, 5, 10, 15, 11, 1, 1, 1, 1, 1, 1, 1]])
+    env = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1],
+                        [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]])
+    cmask = torch.tensor([[1] * 13, [1] * 6 + [0] * 7])
+    captured = {}
+
+    def keep(module, inp, out):
+        out.retain_grad()
+        captured["hidden"] = out
+
+    # TRL fuses the output head with the log-softmax (no logits tensor), so the gradient is read at
+    # the final norm's output: position t's state feeds only the head's prediction of token t + 1
+    handle = model.model.norm.register_forward_hook(keep)
+    inputs = {"prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt), "completion_ids": completion,
+              "completion_mask": cmask, "tool_mask": env, "advantages": torch.tensor([1.0, -0.5]),
+              "num_items_in_batch": (cmask * env).sum()}
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    handle.remove()
+    # the state at position P + j - 1 predicts completion token j
+    grad = captured["hidden"].grad[:, prompt.shape[1] - 1: prompt.shape[1] - 1 + completion.shape[1]]
+    per_position = grad.abs().sum(-1)
+    live = (cmask * env).bool()
+    assert torch.all(per_position[~live] == 0), per_position
+    assert torch.all(per_position[live] > 0), per_position
+
+
+@pytest.mark.slow
+def test_two_grpo_steps_end_to_end(bigram_dir, tmp_path):
+    from ltrr.agent.grpo import train_grpo
+
+    policy, roll = _rollouts(bigram_dir, out=tmp_path / "pol")
+    spec = GRPOSpec(steps=2, prompts_per_step=2, group_size=4, micro_batch=4, learning_rate=1e-2, beta=0.0,
+                    max_new_tokens=12, save_steps=1)
+    before = {k: v.clone() for k, v in policy.generator.hf_model.state_dict().items()}
+    rec = train_grpo(policy, roll, list(QUESTIONS), tmp_path / "pol", spec, seed=7, log=lambda s: None)
+    assert rec["steps"] == 2 and rec["rollouts"] == 16 and len(rec["router_log"]) == 2
+    assert [r["step"] for r in rec["router_log"]] == [1, 2]
+    for key in ("reward", "frac_reward_zero_std", "entropy", "router/format_valid", "router/searches"):
+        assert all(key in h for h in rec["trl_log"]), key
+    assert any(r["within_group_var"] > 0 for r in rec["router_log"]), "the soft bigram model's groups must vary"
+    after = policy.generator.hf_model.state_dict()
+    assert any(not bool((before[k] == after[k]).all()) for k in before), "two steps must move the weights"
+    saved = tmp_path / "pol"
+    assert (saved / "model.safetensors").exists() and (saved / "grpo.json").exists()
+    assert len(list((saved / "rollouts").glob("step-*.jsonl"))) == 2
+    from ltrr.agent.rl import plot_training
+
+    assert plot_training(rec, tmp_path / "t.png").stat().st_size > 0
+
+
+_TRAIN_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_agent_grpo import _rollouts
+from ltrr.agent.grpo import GRPOSpec, train_grpo
+policy, roll = _rollouts(Path({folder!r}), out=Path({out!r}), group_size=2)
+import time
+loop = roll.loop_for("q1")
+fast = loop.search
+loop.search = lambda arm, query, k: (time.sleep(0.3), fast(arm, query, k))[1]  # slow steps: a kill lands mid-run
+spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.0,
+                max_new_tokens=12, save_steps=1)
+train_grpo(policy, roll, ["capital ?", "capital canberra ?"], Path({out!r}), spec, seed=7, log=print)
+"""
+
+
+@pytest.mark.slow
+def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_path):
+    import torch
+
+    from ltrr.agent.grpo import train_grpo
+
+    out = tmp_path / "pol"
+    script = _TRAIN_SCRIPT.format(tests=str(Path(__file__).parent), folder=str(bigram_dir), out=str(out))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "LTRR_PROGRESS": "0"})
+    marker = out / "checkpoints" / "checkpoint-2" / "router_state.json"
+    deadline = time.time() + 120
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert marker.exists(), "the run died before its second checkpoint"
+    assert not (out / "grpo.json").exists()
+    killed_at = max(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("checkpoint-*")
+                    if (p / "router_state.json").exists())
+    assert 2 <= killed_at < 4
+    policy, roll = _rollouts(bigram_dir, out=out, group_size=2)
+    spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.0,
+                    max_new_tokens=12, save_steps=1)
+    lines: list[str] = []
+    rec = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], out, spec, seed=7, log=lines.append)
+    assert rec["resumed"] and any("resuming from" in s and f"checkpoint-{killed_at}" in s for s in lines)
+    assert rec["steps"] == 4
+    assert [r["step"] for r in rec["router_log"]] == [1, 2, 3, 4]  # the killed leg's steps, then the rest
+    assert [h["step"] for h in rec["trl_log"]] == [1, 2, 3, 4]
+    opt = torch.load(out / "checkpoints" / "checkpoint-4" / "optimizer.pt", weights_only=True)
+    steps = {float(s["step"]) for s in opt["state"].values()}
+    assert steps == {4.0}, steps  # AdamW's step count went on from the checkpoint, not from zero
+    state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
