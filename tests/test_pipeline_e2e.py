@@ -257,7 +257,10 @@ def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     assert (ks + 1e-9 >= gr.loc[ks.index]).all()
     assert per[per["context"] == "packed@40/knapsack"]["utility"].notna().all()
     assert per[per["context"] == "plain"]["utility"].notna().all()
+    # only the answered (knapsack) packings carry a utility: never one averaged over closed-book queries alone
+    assert per[per["context"].isin(["packed@40/greedy", "packed@16/greedy-skip"])]["utility"].isna().all()
     table = pd.read_csv(root / "proto" / "context" / "packing.csv")
+    assert table.loc[table["context"] == "packed@40/greedy", "utility"].isna().all()
     assert {"plain", "budget=2048", "no-similarity@16", "no-prior@16"} <= set(table["context"])
     assert main(["context", "pack", str(cfg), "--budgets", "x"]) == 2
     assert "--budgets must be comma-separated integers" in capsys.readouterr().err

@@ -139,7 +139,8 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
                                         "text": p.text})
     per_query = pd.DataFrame(rows)
     if answer:
-        per_query = _with_utility(run, per_query, packed_rows, test, order, gen, labels)
+        answered = {name for name, _ in specs if name.endswith(f"/{base.selector}")}
+        per_query = _with_utility(run, per_query, packed_rows, test, order, gen, labels, answered)
     table = _table(per_query)
     gaps = _gaps(per_query, budgets, selectors)
     out = Path(out_dir) if out_dir else run.workdir / "context"
@@ -156,8 +157,13 @@ def _recall(docids, gold, tokens: int) -> dict:
 
 
 def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, order, gen,
-                  labels: pd.DataFrame) -> pd.DataFrame:
-    """Answer the packed contexts like labels (cached generator, run template, run metric)."""
+                  labels: pd.DataFrame, answered: set[str]) -> pd.DataFrame:
+    """Answer the packed contexts like labels (cached generator, run template, run metric).
+
+    Only the ``answered`` contexts (the base selector's) get a utility; the others stay NaN on
+    every query, closed-book ones included, so no table averages a context's utility over the
+    closed-book subset alone (which once made the greedy rows read as equal to plain top-k).
+    """
     from ltrr.generation import load_template
     from ltrr.labels import label_queries
     from ltrr.metrics import parse_metric
@@ -178,7 +184,9 @@ def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, o
     out = []
     for r in per_query.itertuples():
         top = order[r.qid][0]
-        if r.context == "plain" or top == nr:
+        if r.context != "plain" and r.context not in answered:
+            out.append(np.nan)
+        elif r.context == "plain" or top == nr:
             out.append(float(util.get((r.qid, top), np.nan)))
         else:
             out.append(float(got.get((r.qid, r.context), np.nan)))
