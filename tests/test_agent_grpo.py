@@ -205,6 +205,11 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_p
     killed_at = max(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("checkpoint-*")
                     if (p / "router_state.json").exists())
     assert 2 <= killed_at < 4
+    from ltrr.agent.rl import checkpoint_record, progress_table
+
+    so_far = checkpoint_record(out)  # what `ltrr agent progress` shows of a run in pieces
+    assert so_far["steps"] == killed_at and [r["step"] for r in so_far["router_log"]] == list(range(1, killed_at + 1))
+    assert progress_table(so_far).count("\n") == killed_at + 1
     policy, roll = _rollouts(bigram_dir, out=out, group_size=2)
     spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.0,
                     max_new_tokens=12, save_steps=1)

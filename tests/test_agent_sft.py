@@ -180,6 +180,10 @@ def test_grpo_and_rft_commands(project, capsys):
     # a random tiny policy answers nothing right: rejection sampling keeps nothing, and says so
     assert code == 2 and "rejection sampling kept no correct rollout" in capsys.readouterr().err
     assert not (rft / "rft.json").exists()
+    assert main(["agent", "progress", str(out_dir)]) == 0
+    assert "| 1 |" in capsys.readouterr().out
+    assert main(["agent", "progress", str(root / "nowhere")]) == 2
+    assert "no GRPO run" in capsys.readouterr().err
     for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),
                       (["--from", str(root / "nowhere")], "no policy model"),
                       (["--steps", "0"], "steps must be a positive int")):

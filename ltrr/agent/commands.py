@@ -34,6 +34,9 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     r.add_argument("--rollouts", type=int, required=True, help="samples to draw (the RL run's rollouts)")
     r.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/rft)")
     r.set_defaults(func=lambda a: _rft(a, log, out))
+    g = asub.add_parser("progress", help="a GRPO run's per-step log so far (from its last checkpoint) and its plot")
+    g.add_argument("policy_dir", help="the run's policy folder (--out of ltrr agent train)")
+    g.set_defaults(func=lambda a: _progress(a, out))
     c = asub.add_parser("compare", help="paired tests of one policy's evaluation against another's")
     c.add_argument("policy_eval", help="an evaluation folder (<workdir>/agent/eval-NAME)")
     c.add_argument("baseline_eval", help="the evaluation folder to compare with")
@@ -129,4 +132,16 @@ def _compare(args: argparse.Namespace, out) -> int:
         a, b = doc["agent"][0].get(m), doc["agent"][1].get(m)
         if a is not None and b is not None:
             out(f"| {m} (mean only) | {a:.4f} | {b:.4f} | {a - b:+.4f} | |")
+    return 0
+
+
+def _progress(args: argparse.Namespace, out) -> int:
+    from pathlib import Path
+
+    from ltrr.agent.rl import checkpoint_record, plot_training, progress_table
+
+    rec = checkpoint_record(args.policy_dir)
+    out(progress_table(rec))
+    png = plot_training(rec, Path(args.policy_dir) / "training.png")
+    out(f"plot: {png}")
     return 0

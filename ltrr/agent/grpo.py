@@ -339,7 +339,8 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
             folder = ckpt / f"checkpoint-{state.global_step}"
             if folder.exists():
                 (folder / "router_state.json").write_text(json.dumps(
-                    {"normaliser": rollouts.normaliser.to_dict(), "history": rollouts.history}) + "\n")
+                    {"normaliser": rollouts.normaliser.to_dict(), "history": rollouts.history,
+                     "alpha": rollouts.alpha, "spec": asdict(spec)}) + "\n")
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "reward" in logs:

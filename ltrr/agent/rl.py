@@ -206,3 +206,38 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     record.update({"rft_samples": len(groups) * spec.group_size, "rft_kept": len(kept), "rft_questions": len(groups)})
     (out / "rft.json").write_text(json.dumps({k: v for k, v in record.items() if k != "loss"}, indent=1) + "\n")
     return record
+
+
+def checkpoint_record(folder: str | Path) -> dict:
+    """The per-step logs of a GRPO run so far, from its newest complete checkpoint (a run in
+    pieces has no ``grpo.json`` until its last step): the same keys `plot_training` reads."""
+    from ltrr._errors import NotBuiltError
+    from ltrr.agent.grpo import _last_checkpoint
+
+    folder = Path(folder)
+    done = folder / "grpo.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    last = _last_checkpoint(folder / "checkpoints")
+    if last is None:
+        raise NotBuiltError(f"{folder}: no GRPO run (grpo.json or a complete checkpoint); see `ltrr agent train`")
+    state = json.loads((last / "trainer_state.json").read_text())
+    router = json.loads((last / "router_state.json").read_text())
+    return {"spec": router.get("spec", {}), "alpha": router.get("alpha"), "steps": int(state["global_step"]),
+            "trl_log": [{k: v for k, v in h.items() if isinstance(v, (int, float))}
+                        for h in state["log_history"] if "reward" in h],
+            "router_log": router["history"], "checkpoint": str(last)}
+
+
+def progress_table(record: dict) -> str:
+    """Markdown: one row per step of `checkpoint_record` (reward, format-valid rate, outcome,
+    cost, searches, within-group reward variance, zero-advantage share, entropy)."""
+    trl = {int(h["step"]): h for h in record["trl_log"] if "step" in h}
+    lines = ["| step | reward | format-valid | outcome | cost | searches | within-group var | zero-adv share "
+             "| entropy |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in record["router_log"]:
+        ent = trl.get(int(r["step"]), {}).get("entropy", float("nan"))
+        lines.append(f"| {r['step']} | {r['reward']:.3f} | {r['format_valid']:.3f} | {r['outcome']:.3f} | "
+                     f"{r['cost']:.3f} | {r['searches']:.2f} | {r['within_group_var']:.4f} | "
+                     f"{r['zero_adv_share']:.2f} | {ent:.3f} |")
+    return "\n".join(lines)
