@@ -84,6 +84,15 @@ def test_scripts_and_spec():
             SFTSpec.from_mapping(bad)
 
 
+def _built(root, cfg) -> None:
+    """Index, labels and features of the project (the end-to-end test builds them when it runs first)."""
+    from ltrr.cli import main
+
+    if not (root / "ag" / "features").exists():
+        for stage in ("index", "label", "features"):
+            assert main([stage, str(cfg)]) == 0
+
+
 @pytest.mark.slow
 def test_sft_and_eval_end_to_end(project, capsys):
     from ltrr.agent.rewards import format_reward
@@ -139,6 +148,8 @@ def test_bad_agent_input_is_one_line(project, capsys):
     from ltrr.cli import main
 
     root, cfg, tiny = project
+    _built(root, cfg)
+    capsys.readouterr()
     base = cfg.read_text()
     assert main(["agent", "eval", str(cfg), "--policy", str(root / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -146,6 +157,19 @@ def test_bad_agent_input_is_one_line(project, capsys):
     cfg.write_text(base.replace("[agent]\n", '[agent]\nholdout_arms = ["dense"]\n'))
     assert main(["agent", "eval", str(cfg)]) == 2
     assert "holdout_arms names ['dense'], not arms of the pool" in capsys.readouterr().err
+    # a held-out arm is out of the prompt, so the SFT scripts never call it either
+    from ltrr.agent.run import labels_table, partition, policy_lm
+    from ltrr.agent.sft import SFTSpec as Spec
+    from ltrr.agent.sft import build_sft_trajectories
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg.write_text(base.replace("[agent]\n", '[agent]\nholdout_arms = ["bm25-top1"]\n'))
+    run = Run(load_config(str(cfg)))
+    trajs = build_sft_trajectories(run, policy_lm(run, ""), labels_table(run), partition(run)[0],
+                                   Spec.from_mapping(run.config.agent["sft"]))
+    assert trajs and all(s.arm == "bm25" for t in trajs for s in t.searches) and any(t.searches for t in trajs)
+    assert all("bm25-top1" not in t.prompt for t in trajs)
     cfg.write_text(base.replace("max_examples = 10", "max_examples = 0"))
     assert main(["agent", "sft", str(cfg)]) == 2
     assert "max_examples must be a positive int" in capsys.readouterr().err
@@ -158,9 +182,7 @@ def test_grpo_and_rft_commands(project, capsys):
     from ltrr.cli import main
 
     root, cfg, tiny = project
-    if not (root / "ag" / "features").exists():
-        for stage in ("index", "label", "features"):
-            assert main([stage, str(cfg)]) == 0
+    _built(root, cfg)
     capsys.readouterr()
     out_dir = root / "ag" / "agent" / "policies" / "grpo-test"
     assert main(["agent", "train", str(cfg), "--from", str(tiny), "--alpha", "0.5", "--out", str(out_dir)]) == 0

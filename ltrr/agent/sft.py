@@ -200,7 +200,8 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[
     pool = run.pool.load(run.index_dir)
     costs = pool.costs
     none = [a for a in pool.arm_names if pool.arm(a).retriever is None]
-    retrieval = [a for a in pool.arm_names if a not in none]
+    held = set(run.config.agent["holdout_arms"])  # kept out of the prompt, so out of the scripts too
+    retrieval = [a for a in pool.arm_names if a not in none and a not in held]
     rng = np.random.default_rng(run.config.seed)
     dq = q.loc[[i for i in design if i in q.index]]
     plans: list[tuple[str, list]] = []
