@@ -37,7 +37,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,26 +95,11 @@ class GRPOSpec:
     window: int = 1000
     save_steps: int = 1
 
-    _NONNEG = ("beta",)
-
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str = "[agent] grpo") -> GRPOSpec:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(sorted(names))}")
-        values = {}
-        for f in fields(cls):
-            v = d.get(f.name, f.default)
-            kind = float if isinstance(f.default, float) else int
-            if kind is float and isinstance(v, int) and not isinstance(v, bool):
-                v = float(v)
-            low_ok = v >= 0 if f.name in cls._NONNEG else v > 0
-            if isinstance(v, bool) or not isinstance(v, kind) or not low_ok:
-                need = "a number >= 0" if f.name in cls._NONNEG else f"a positive {kind.__name__}"
-                raise ConfigError(f"{where}.{f.name} must be {need}, got {v!r}")
-            values[f.name] = v
-        spec = cls(**values)
+        from ltrr.agent.sft import spec_from_mapping
+
+        spec = spec_from_mapping(cls, dict(d), where, nonneg=("beta",))
         if spec.group_size < 2:
             raise ConfigError(f"{where}.group_size must be at least 2 (a group of one has no advantage)")
         if (spec.prompts_per_step * spec.group_size) % spec.micro_batch:

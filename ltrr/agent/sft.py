@@ -48,6 +48,29 @@ __all__ = ["SFTSpec", "ScriptedLM", "script_for", "build_sft_trajectories", "tra
 _BRIDGE = re.compile(r'^(?P<hop2>.*?) \(The blank is the name missing from: "(?P<bridge>.*)"\)$')
 
 
+def spec_from_mapping(cls, d: dict, where: str, *, nonneg: tuple[str, ...] = (), text: tuple[str, ...] = ()):
+    """A settings dataclass ``cls`` from a config table: unknown keys refused, ints taken as
+    floats where the default is a float, each number positive (``nonneg`` ones >= 0); the
+    ``text`` fields are left to the caller to check. Raises `ConfigError` naming the key."""
+    names = [f.name for f in fields(cls)]
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(names)}")
+    values = {}
+    for f in fields(cls):
+        v = d.get(f.name, f.default)
+        if f.name not in text:
+            kind = float if isinstance(f.default, float) else int
+            if kind is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            ok = not isinstance(v, bool) and isinstance(v, kind) and (v >= 0 if f.name in nonneg else v > 0)
+            if not ok:
+                need = "a number >= 0" if f.name in nonneg else f"a positive {kind.__name__}"
+                raise ConfigError(f"{where}.{f.name} must be {need}, got {v!r}")
+        values[f.name] = v
+    return cls(**values)
+
+
 @dataclass(frozen=True)
 class SFTSpec:
     """SFT settings (``[agent] sft``).
@@ -87,21 +110,9 @@ class SFTSpec:
 
     @classmethod
     def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
-        names = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(d) - set(names))
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(names)}")
-        spec = cls(**{k: (float(v) if isinstance(getattr(cls, k), float) and isinstance(v, int)
-                          and not isinstance(v, bool) else v) for k, v in d.items()})
+        spec = spec_from_mapping(cls, d, where, text=("ties",))
         if spec.ties not in cls._TIES:
             raise ConfigError(f"{where}.ties must be one of {', '.join(cls._TIES)}, got {spec.ties!r}")
-        for f in fields(cls):
-            if f.name == "ties":
-                continue
-            v = getattr(spec, f.name)
-            kind = float if isinstance(f.default, float) else int
-            if isinstance(v, bool) or not isinstance(v, kind) or not v > 0:
-                raise ConfigError(f"{where}.{f.name} must be a positive {kind.__name__}, got {v!r}")
         if spec.warmup_ratio >= 1:
             raise ConfigError(f"{where}.warmup_ratio must be below 1, got {spec.warmup_ratio!r}")
         return spec
