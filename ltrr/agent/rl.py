@@ -83,30 +83,16 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     return rollouts, questions
 
 
-def _load(folder: str | Path):
-    from ltrr._errors import NotBuiltError
-    from ltrr.agent.backends import TransformersLM
-
-    folder = Path(folder)
-    if not (folder / "config.json").exists():
-        raise NotBuiltError(f"{folder}: no policy model (config.json and safetensors weights); "
-                            "train one with `ltrr agent sft CONFIG`")
-    return TransformersLM(str(folder))
-
-
 def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = None, alpha: float | None = None,
              log: Callable[[str], None] = print, show_progress: bool = False) -> dict:
     """`ltrr agent train`: GRPO from the policy in ``start`` into ``out``; see `ltrr.agent.grpo`."""
-    from dataclasses import replace
-
     from ltrr.agent.grpo import GRPOSpec, train_grpo
+    from ltrr.agent.run import policy_lm
 
-    spec = GRPOSpec.from_mapping(run.config.agent["grpo"])
-    if steps is not None:
-        spec = replace(spec, steps=GRPOSpec.from_mapping({**run.config.agent["grpo"], "steps": steps}).steps)
+    spec = GRPOSpec.from_mapping({**run.config.agent["grpo"], **({} if steps is None else {"steps": steps})})
     alpha = run.config.agent["alpha"] if alpha is None else alpha
     _check_alpha(alpha)
-    policy = _load(start)
+    policy = policy_lm(run, start)
     out = Path(out)
     rollouts, questions = make_rollouts(run, policy, spec, alpha=alpha, out=out)
     log(f"[agent train] {len(questions)} design questions ({sum(t == 'multihop' for *_, t in questions)} multihop), "
@@ -162,13 +148,14 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     from tqdm.auto import tqdm
 
     from ltrr.agent.grpo import GRPOSpec, sample_seed
+    from ltrr.agent.run import policy_lm
     from ltrr.agent.sft import SFTSpec, train_sft
-    from ltrr.agent.trajectory import save_trajectories
+    from ltrr.agent.trajectory import load_trajectories, save_trajectories
 
     spec = GRPOSpec.from_mapping(run.config.agent["grpo"])
     if isinstance(rollouts, bool) or not isinstance(rollouts, int) or rollouts < spec.group_size:
         raise DataError(f"--rollouts must be an integer >= the group size {spec.group_size}, got {rollouts!r}")
-    policy = _load(start)
+    policy = policy_lm(run, start)
     out = Path(out)
     roll, questions = make_rollouts(run, policy, spec, alpha=run.config.agent["alpha"], out=None)
     order = np.random.default_rng([run.config.seed, 17]).permutation(len(questions))
@@ -176,8 +163,6 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     picked = [questions[i] for i in np.resize(order, n_q)]  # cycles when rollouts exceed one pass
     samples_path = out.with_name(out.name + "-samples.jsonl")
     kept, groups = [], []
-    from ltrr.agent.trajectory import load_trajectories
-
     done = load_trajectories(samples_path) if samples_path.exists() else []  # resume the sampling
     for j, (qid, text, _) in enumerate(tqdm(picked, desc="rft samples", disable=not show_progress)):
         if (j + 1) * spec.group_size <= len(done):
