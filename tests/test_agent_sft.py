@@ -111,7 +111,7 @@ def test_sft_and_eval_end_to_end(project, capsys):
     rec = json.loads((policy / "sft.json").read_text())
     assert rec["steps"] >= 1 and rec["loss"] and all(x["loss"] > 0 for x in rec["loss"])
     assert not (policy / "checkpoints").exists()
-    trajs = load_trajectories(root / "ag" / "agent" / "sft_data" / "trajectories.jsonl")
+    trajs = load_trajectories(root / "ag" / "agent" / "sft_data" / "sft.jsonl")
     assert trajs and rec["examples"] == len(trajs)
     design_mh = [t for t in trajs if t.qid.startswith("mul-")]
     assert design_mh, "the design part's two-hop questions are scripted"
@@ -170,6 +170,12 @@ def test_bad_agent_input_is_one_line(project, capsys):
                                    Spec.from_mapping(run.config.agent["sft"]))
     assert trajs and all(s.arm == "bm25" for t in trajs for s in t.searches) and any(t.searches for t in trajs)
     assert all("bm25-top1" not in t.prompt for t in trajs)
+    # `agent eval --holdout` puts it in the prompt as an unseen arm: by its config, no strengths
+    from ltrr.agent.run import make_loop
+
+    unseen = make_loop(run, policy_lm(run, ""), labels_table(run), design=partition(run)[0], holdout=[])
+    assert "bm25-top1" in unseen.arm_names
+    assert "bm25" in unseen.strengths and "bm25-top1" not in unseen.strengths
     cfg.write_text(base.replace("max_examples = 10", "max_examples = 0"))
     assert main(["agent", "sft", str(cfg)]) == 2
     assert "max_examples must be a positive int" in capsys.readouterr().err

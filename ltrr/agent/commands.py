@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
@@ -62,11 +63,11 @@ def _sft(args: argparse.Namespace, log, out) -> int:
     design, _ = partition(run)
     lm = policy_lm(run, "")
     trajs = build_sft_trajectories(run, lm, labels, design, spec)
-    data = save_trajectories(trajs, agent_dir(run) / "sft_data" / "trajectories.jsonl")
+    folder = Path(args.out or agent_dir(run) / "policies" / "sft")
+    data = save_trajectories(trajs, agent_dir(run) / "sft_data" / f"{folder.name}.jsonl")  # one file per policy
     n_search = sum(1 for t in trajs if t.searches)
     log(f"[agent sft] {len(trajs)} scripted design trajectories ({n_search} search, "
         f"{sum(len(t.searches) == 2 for t in trajs)} two-hop) -> {data}")
-    folder = args.out or agent_dir(run) / "policies" / "sft"
     rec = train_sft(trajs, lm, folder, spec, seed=run.config.seed, log=log, show_progress=progress_enabled())
     last = rec["loss"][-1]["loss"] if rec["loss"] else float("nan")
     out(f"policy: {folder} ({rec['examples']} examples, {rec['steps']} steps, {rec['seconds_this_leg']}s, "
@@ -136,8 +137,6 @@ def _compare(args: argparse.Namespace, out) -> int:
 
 
 def _progress(args: argparse.Namespace, out) -> int:
-    from pathlib import Path
-
     from ltrr.agent.rl import checkpoint_record, plot_training, progress_table
 
     rec = checkpoint_record(args.policy_dir)

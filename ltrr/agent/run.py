@@ -95,8 +95,8 @@ def make_loop(run, lm, labels: pd.DataFrame | None = None, *, design: list[str] 
         raise ConfigError(f"[agent] holdout_arms names {unknown}, not arms of the pool {pool.arm_names}")
     arms = [a for a in pool.arms if a.name not in holdout]
     power = strengths(run, labels, design) if labels is not None and design is not None else None
-    if power is not None:
-        power = {a: v for a, v in power.items() if a not in holdout}
+    if power is not None:  # a held-out arm is unseen: in the prompt (`agent eval --holdout`) by its config alone
+        power = {a: v for a, v in power.items() if a not in set(holdout) | set(acfg["holdout_arms"])}
     settings = {"k": acfg["k"], "max_turns": acfg["max_turns"], "max_new_tokens": acfg["max_new_tokens"],
                 "max_obs_tokens": acfg["max_obs_tokens"], "seed": run.config.seed}
     unknown = sorted(set(overrides) - set(settings) - {"temperature", "top_p", "cache", "max_total_tokens"})
