@@ -81,7 +81,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "correct_threshold": ((float,), 1.0),  # outcome at which an answer counts as correct
         "n_eval": ((int,), 150),  # test questions per policy (multihop first, then a type-stratified sample)
         "policy": ((str,), ""),  # a policy folder (SFT or RL); "" = the generator's model
-        "holdout_arms": ((list,), []),  # arms kept from SFT and the prompt; `agent eval --holdout` adds them
+        "holdout_arms": ((list,), []),
+        "device": ((str,), "cpu"),  # torch device of the policy: SFT, GRPO, RFT and evaluation ("cuda" on a GPU)
+        "rollout_batch": ((int,), 1),  # rollouts decoded together (ltrr.agent.batching); 1 = one at a time  # arms kept from SFT and the prompt; `agent eval --holdout` adds them
         "sft": ((dict,), {}),  # SFT settings (ltrr.agent.sft.SFTSpec): epochs, learning_rate, max_examples, ...
         "grpo": ((dict,), {}),  # GRPO settings (ltrr.agent.grpo.GRPOSpec): steps, group_size, learning_rate, ...
     },

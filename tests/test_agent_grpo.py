@@ -36,7 +36,7 @@ def bigram_dir(tmp_path_factory):
     return folder
 
 
-def _rollouts(folder, out=None, group_size=4):
+def _rollouts(folder, out=None, group_size=4, batch=1):
     from ltrr.agent.backends import TransformersLM
     from ltrr.agent.loop import AgentLoop
     from ltrr.agent.rewards import CostNormaliser
@@ -46,7 +46,7 @@ def _rollouts(folder, out=None, group_size=4):
     live = LiveLM(policy, policy.generator.hf_model)
     loop = AgentLoop(live, _search, ARMS, k=1, max_turns=2, max_new_tokens=12, max_obs_tokens=16, temperature=1.0)
     return policy, RouterRollouts(lambda qid: loop, QUESTIONS, GOLD, COSTS, CostNormaliser(window=64), group_size,
-                                  alpha=0.2, seed=7, out=out)
+                                  alpha=0.2, seed=7, out=out, batch=batch)
 
 
 def _trainer_stub(model, step=0):
@@ -92,6 +92,22 @@ def test_rollout_func_returns_one_exact_completion_per_prompt_in_blocks(bigram_d
         roll(["capital ?"] * 3, _trainer_stub(policy.generator.hf_model))
     with pytest.raises(DataError, match="not among the training questions"):
         roll(["elsewhere ?"] * 4, _trainer_stub(policy.generator.hf_model))
+
+
+def test_batched_rollout_func_keeps_blocks_masks_and_seeds(bigram_dir):
+    """The GPU path (`[agent] rollout_batch` > 1): the same blocks, exact masks and per-step
+    seeds, its turns decoded together (its samples come from per-row generators, so they are
+    not the one-at-a-time path's samples)."""
+    policy, roll = _rollouts(bigram_dir, batch=8)
+    prompts = ["capital ?"] * 4 + ["capital canberra ?"] * 4
+    out = roll(prompts, _trainer_stub(policy.generator.hf_model, step=2))
+    assert [t.qid for t in roll.batch] == ["q1"] * 4 + ["q2"] * 4
+    for p, c, m, t in zip(out["prompt_ids"], out["completion_ids"], out["env_mask"], roll.batch, strict=True):
+        assert p + c == t.ids and [0] * len(p) + m == t.mask
+    assert len({tuple(c) for c in out["completion_ids"][:4]}) > 1, "samples of a group must differ"
+    assert roll(prompts, _trainer_stub(policy.generator.hf_model, step=2))["completion_ids"] == out["completion_ids"]
+    roll.rollout_batch = 3  # another batch composition: the same samples
+    assert roll(prompts, _trainer_stub(policy.generator.hf_model, step=2))["completion_ids"] == out["completion_ids"]
 
 
 def test_masked_positions_get_exactly_zero_loss_gradient(bigram_dir, tmp_path):

@@ -190,6 +190,12 @@ class TransformersLM(_GeneratorLM):
     def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
         return hf_continue(self.generator.hf_model, self.tokenizer, ids, params, device=self.generator.device)
 
+    def continue_batch(self, requests: Sequence[tuple[list[int], DecodingParams]]) -> list[Continuation]:
+        """Several continuations in one batch (`ltrr.agent.batching.hf_continue_batch`)."""
+        from ltrr.agent.batching import hf_continue_batch
+
+        return hf_continue_batch(self.generator.hf_model, self.tokenizer, requests, device=self.generator.device)
+
 
 def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingParams, *,
                 device: Any = None) -> Continuation:

@@ -125,6 +125,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     """Roll out the policy on the test questions and compare it with the baselines (module doc)."""
     from tqdm.auto import tqdm
 
+    from ltrr.agent.batching import raise_on_model_errors, rollout_many
     from ltrr.agent.rewards import outcome_reward
     from ltrr.agent.run import (
         agent_dir,
@@ -149,8 +150,10 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     loop = make_loop(run, lm, labels, design=design, holdout=[] if holdout else held)
     normaliser = design_normaliser(run, lm, labels, design)
     t0 = time.perf_counter()
-    trajs = [loop.rollout(str(queries.loc[q, "question"]), qid=q)
-             for q in tqdm(qids, disable=not show_progress, desc="rollouts")]
+    with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar:
+        trajs = rollout_many([(loop, str(queries.loc[q, "question"]), q, None) for q in qids],
+                             batch=acfg["rollout_batch"], progress=bar.update)
+    raise_on_model_errors(trajs, "agent eval")
     seconds = time.perf_counter() - t0
     score_trajectories(trajs, gold, arm_costs=run.pool.costs, normaliser=normaliser, alpha=acfg["alpha"],
                        token_price=acfg["token_price"], metric=acfg["metric"],

@@ -29,6 +29,11 @@ model (half the memory and compute of PPO on 2 CPU cores); a 135M policy and a f
 of 4 x 4 rollouts call for a larger learning rate than a 3B model over 225 x 64; the turns are
 capped at 2 (single-hop) and 3 (``multihop``) searches, with one passage of at most 128 tokens
 per search, so that a rollout stays near 1,200 tokens.
+
+Devices: ``[agent] device`` puts the policy on a torch device ("cpu" by default: TRL's
+``use_cpu``; "cuda" on a GPU) for SFT, GRPO, RFT and evaluation alike, and ``[agent]
+rollout_batch`` decodes that many rollouts together (`ltrr.agent.batching`); the config
+``demo-agent-gpu`` is the larger run of one GPU (64 rollouts per step, rollouts batched).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import numpy as np
 
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.backends import Continuation, TransformersLM, hf_continue
+from ltrr.agent.batching import raise_on_model_errors, rollout_many
 
 __all__ = ["GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "sample_seed"]
 
@@ -140,6 +146,13 @@ class LiveLM(TransformersLM):
             raise ConfigError("LiveLM has no model to sample from; set .model first")
         return hf_continue(self.model, self.tokenizer, ids, params)
 
+    def continue_batch(self, requests) -> list[Continuation]:
+        from ltrr.agent.batching import hf_continue_batch
+
+        if self.model is None:
+            raise ConfigError("LiveLM has no model to sample from; set .model first")
+        return hf_continue_batch(self.model, self.tokenizer, requests)
+
 
 class RouterRollouts:
     """TRL ``rollout_func`` and reward function over `AgentLoop` rollouts; see the module.
@@ -165,13 +178,16 @@ class RouterRollouts:
         The run's seed (`sample_seed`).
     out : Path, optional
         Where each step's rollouts are written (``rollouts/step-NNNNNN.jsonl``).
+    batch : int
+        Rollouts decoded together (`ltrr.agent.batching.rollout_many`; 1 = one at a time).
     """
 
     def __init__(self, loop_for: Callable[[str], Any], questions: Mapping[str, str], gold: Mapping[str, Sequence[str]],
                  arm_costs: Mapping[str, float], normaliser: Any, group_size: int, *, alpha: float = 0.0,
                  token_price: float = 0.0, metric: str = "recall", correct_threshold: float = 1.0, seed: int = 0,
-                 out: Path | None = None):
+                 out: Path | None = None, batch: int = 1):
         self.loop_for = loop_for
+        self.rollout_batch = batch
         self.questions = dict(questions)
         self.gold = gold
         self.arm_costs = dict(arm_costs)
@@ -208,12 +224,15 @@ class RouterRollouts:
         self.batch = []
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": None, "env_mask": [],
                                 "rollout_index": []}
-        eos = None
+        jobs = []
         for i, (prompt, qid) in enumerate(zip(prompts, qids, strict=True)):
             loop = self.loop_for(qid)
             loop.lm.model = model
-            eos = loop.lm.tokenizer.eos_token_id
-            traj = loop.rollout(prompt, qid=qid, seed=sample_seed(self.seed, step, i))
+            jobs.append((loop, prompt, qid, sample_seed(self.seed, step, i)))
+        eos = jobs[0][0].lm.tokenizer.eos_token_id if jobs else None
+        trajs = rollout_many(jobs, batch=self.rollout_batch)
+        raise_on_model_errors(trajs, f"GRPO step {step + 1}")
+        for i, traj in enumerate(trajs):
             n = traj.prompt_tokens
             completion, mask = list(traj.ids[n:]), list(traj.mask[n:])
             if not completion:  # an empty question or a failed first call: one masked token
@@ -313,7 +332,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                       temperature=spec.temperature, epsilon=spec.epsilon, num_iterations=1,
                       warmup_steps=1 if spec.steps > 4 else 0, lr_scheduler_type="constant_with_warmup",
                       logging_steps=1, save_steps=spec.save_steps, save_total_limit=2, save_only_model=False,
-                      use_cpu=True, seed=seed, data_seed=seed, report_to=[], bf16=False, fp16=False,
+                      use_cpu=str(policy.generator.device) == "cpu", seed=seed, data_seed=seed, report_to=[], bf16=False, fp16=False,
                       disable_tqdm=not show_progress, dataloader_num_workers=0, log_completions=False,
                       max_completion_length=policy.context_length, remove_unused_columns=False)
 

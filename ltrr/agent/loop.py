@@ -212,6 +212,7 @@ class AgentLoop:
         self.system_role = system_role
         self.hits = 0
         self.misses = 0
+        self._continue_fn: Callable[..., Continuation] | None = None  # `ltrr.agent.batching` routes turns here
 
     @classmethod
     def from_pool(cls, lm: ContinuationLM, pool: Any, *, arms: Sequence[Any] | None = None,
@@ -265,13 +266,16 @@ class AgentLoop:
             raise ConfigError(f"AgentLoop arms must have unique, non-empty names, got {names!r}")
 
     # ---- rollouts ------------------------------------------------------------------------
-    def run(self, questions: Iterable[Any], *, seed: int | None = None) -> list[Trajectory]:
-        """Roll out every question: strings (qids ``q0``, ``q1``, ...) or ``(qid, question)``."""
-        out = []
+    def run(self, questions: Iterable[Any], *, seed: int | None = None, batch: int = 1) -> list[Trajectory]:
+        """Roll out every question: strings (qids ``q0``, ``q1``, ...) or ``(qid, question)``;
+        ``batch`` rollouts at a time (`ltrr.agent.batching.rollout_many`)."""
+        from ltrr.agent.batching import rollout_many
+
+        jobs = []
         for i, item in enumerate(questions):
             qid, question = (f"q{i}", item) if isinstance(item, str) else item
-            out.append(self.rollout(question, qid=qid, seed=seed))
-        return out
+            jobs.append((self, question, qid, seed))
+        return rollout_many(jobs, batch=batch)
 
     def rollout(self, question: str, *, qid: str = "", seed: int | None = None) -> Trajectory:
         """One trajectory for ``question``; never raises for bad model output (see module)."""
@@ -336,10 +340,11 @@ class AgentLoop:
 
     def _continue(self, state: _State, params: DecodingParams) -> Continuation:
         lm = self.lm
+        call = self._continue_fn or lm.continue_
         prefix: Any = state.traj.ids if lm.token_level else state.traj.prompt + state.traj.text
         if self.cache is None:
             self.misses += 1
-            return lm.continue_(list(state.traj.ids), state.context_text(), params)
+            return call(list(state.traj.ids), state.context_text(), params)
         from ltrr.generation.cache import cache_key
 
         payload = {"agent_continue": "ids" if lm.token_level else "text",
@@ -352,7 +357,7 @@ class AgentLoop:
                                 n_tokens=hit.completion_tokens, finish=str(hit.extra.get("finish")),
                                 latency_s=hit.latency_s, cached=True)
         self.misses += 1
-        cont = lm.continue_(list(state.traj.ids), state.context_text(), params)
+        cont = call(list(state.traj.ids), state.context_text(), params)
         if cont.error is None:
             gen = Generation(text=cont.text, prompt_tokens=len(prefix) if lm.token_level else 0,
                              completion_tokens=cont.n_tokens, latency_s=cont.latency_s,

@@ -79,7 +79,8 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
                               {text: qid for qid, text, _ in questions}, gold_answers(run),
                               run.pool.costs, CostNormaliser(window=spec.window), spec.group_size, alpha=alpha,
                               token_price=acfg["token_price"], metric=acfg["metric"],
-                              correct_threshold=acfg["correct_threshold"], seed=run.config.seed, out=out)
+                              correct_threshold=acfg["correct_threshold"], seed=run.config.seed, out=out,
+                              batch=acfg["rollout_batch"])
     return rollouts, questions
 
 
@@ -147,6 +148,7 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     ``rollouts`` samples (module docstring); the policy goes to ``out``."""
     from tqdm.auto import tqdm
 
+    from ltrr.agent.batching import raise_on_model_errors, rollout_many
     from ltrr.agent.grpo import GRPOSpec, sample_seed
     from ltrr.agent.run import policy_lm
     from ltrr.agent.sft import SFTSpec, train_sft
@@ -162,19 +164,21 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     n_q = rollouts // spec.group_size
     picked = [questions[i] for i in np.resize(order, n_q)]  # cycles when rollouts exceed one pass
     samples_path = out.with_name(out.name + "-samples.jsonl")
-    kept, groups = [], []
+    kept = []
     done = load_trajectories(samples_path) if samples_path.exists() else []  # resume the sampling
-    for j, (qid, text, _) in enumerate(tqdm(picked, desc="rft samples", disable=not show_progress)):
-        if (j + 1) * spec.group_size <= len(done):
-            group = done[j * spec.group_size:(j + 1) * spec.group_size]
-        else:
-            loop = roll.loop_for(qid)
+    g = spec.group_size
+    chunk = max(1, roll.rollout_batch // g)  # questions sampled together (one batch of rollouts)
+    with tqdm(total=len(picked) * g, desc="rft samples", disable=not show_progress) as bar:
+        bar.update(min(len(done), len(picked) * g))
+        for start in range(len(done) // g, len(picked), chunk):
             # seeds from "steps" 10**6 + j: never a GRPO step's
-            group = [loop.rollout(text, qid=qid, seed=sample_seed(run.config.seed, 10**6 + j, i))
-                     for i in range(spec.group_size)]
+            jobs = [(roll.loop_for(qid), text, qid, sample_seed(run.config.seed, 10**6 + j, i))
+                    for j, (qid, text, _) in enumerate(picked[start:start + chunk], start) for i in range(g)]
+            group = rollout_many(jobs, batch=roll.rollout_batch, progress=bar.update)
+            raise_on_model_errors(group, "rejection sampling")  # the samples so far are kept
             done += group
             save_trajectories(done, samples_path)
-        groups.append(group)
+    groups = [done[j * g:(j + 1) * g] for j in range(len(picked))]
     for group in groups:
         roll.batch = group
         rewards = roll.reward([t.question for t in group], [None] * len(group), list(range(len(group))))
@@ -183,7 +187,7 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
         if good:
             kept.append(group[max(good)[2]])
     log(f"[agent rft] {len(groups) * spec.group_size} samples of {len(groups)} questions; kept {len(kept)} "
-        f"correct ones (format-valid {np.mean([t.rewards['format'] == 0 for g in groups for t in g]):.2f})")
+        f"correct ones (format-valid {np.mean([t.rewards['format'] == 0 for grp in groups for t in grp]):.2f})")
     if not kept:
         raise DataError("rejection sampling kept no correct rollout; nothing to fine-tune on")
     sft = SFTSpec.from_mapping(run.config.agent["sft"])

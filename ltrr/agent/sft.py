@@ -356,7 +356,8 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
     args = SFTConfig(output_dir=str(ckpt), num_train_epochs=spec.epochs, learning_rate=spec.learning_rate,
                      per_device_train_batch_size=spec.batch_size, gradient_accumulation_steps=spec.grad_accum,
                      warmup_steps=float(spec.warmup_ratio), lr_scheduler_type="linear", logging_steps=1,
-                     save_steps=spec.save_steps, save_total_limit=1, save_only_model=False, use_cpu=True,
+                     save_steps=spec.save_steps, save_total_limit=1, save_only_model=False,
+                     use_cpu=str(lm.generator.device) == "cpu",
                      seed=seed, data_seed=seed, report_to=[], max_length=spec.max_length, bf16=False, fp16=False,
                      disable_tqdm=not show_progress, dataloader_num_workers=0, packing=False)
     history: list[dict] = []
