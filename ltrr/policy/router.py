@@ -29,7 +29,7 @@ from ltrr._version import __version__
 from ltrr.policy.estimator import BudgetPolicy
 from ltrr.policy.objective import check_costs
 from ltrr.routers.reference import _frame, utility_frame
-from ltrr.routers.trainfree import Router, _table
+from ltrr.routers.trainfree import Router, _table, rank_scores
 
 __all__ = ["PolicyRouter", "REPRESENTATIONS", "POLICY_FORMAT"]
 
@@ -221,6 +221,12 @@ class PolicyRouter(Router):
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
         return _frame(table, s[qi, ai])
 
+    def ranking(self, raw: Any, **route_kwargs: Any) -> pd.DataFrame:
+        """Each query's arms by the deployed rule, best first; an exact tie goes to the cheaper
+        arm, then to the name first in order, so the pool's listing order never decides."""
+        tie_order = sorted(self.arms_, key=lambda a: (self.costs_[a], a))
+        return rank_scores(self.route_scores(raw, **route_kwargs), tie_order)
+
     def predict_proba(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The stochastic policy ``pi(a | q)`` as ``DataFrame[qid, arm, prob]``."""
         table = _table(raw)
@@ -232,7 +238,6 @@ class PolicyRouter(Router):
     def route(self, question: str) -> pd.DataFrame:
         """Rank the arms for one question by the deployed rule: DataFrame[arm, score, rank]."""
         from ltrr.features import extract_raw
-        from ltrr.routers.trainfree import rank_scores
 
         pool = self.ltr_._pool()
         q = pd.DataFrame({"qid": ["q0"], "question": [question]})
@@ -246,7 +251,7 @@ class PolicyRouter(Router):
             if not self.lm:
                 raise NotBuiltError("this lm policy has no generator config; train it with `ltrr policy train`")
             states = question_states(self.lm["generator"], [question], pooling=self.lm["pooling"])
-        ranking = rank_scores(self.route_scores(raw, question_states=states), list(raw.arms))
+        ranking = self.ranking(raw, question_states=states)
         return ranking[["arm", "score", "rank"]].reset_index(drop=True)
 
     # ---- persistence --------------------------------------------------------------------------------
