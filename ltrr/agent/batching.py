@@ -24,6 +24,7 @@ in the caller's thread, exactly as before.
 from __future__ import annotations
 
 import copy
+import inspect
 import threading
 import time
 from collections.abc import Sequence
@@ -79,8 +80,6 @@ def hf_continue_batch(model: Any, tokenizer: Any, requests: Sequence[tuple[list[
         gens.append(g)
     new: list[list[int]] = [[] for _ in range(n)]
     done = [c <= 0 for c in cap]
-    import inspect
-
     # the KV cache argument is ``cache`` from transformers 5.2x, ``past_key_values`` before
     cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     training = model.training
