@@ -161,7 +161,7 @@ def test_grpo_rollouts_stop_on_a_failed_model_call(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from ltrr._errors import GenerationError
-    from ltrr.agent import grpo
+    from ltrr.agent import backends
     from ltrr.agent.backends import Continuation
     from ltrr.agent.grpo import LiveLM, RouterRollouts
     from ltrr.agent.rewards import CostNormaliser
@@ -174,7 +174,7 @@ def test_grpo_rollouts_stop_on_a_failed_model_call(tmp_path, monkeypatch):
     loop = AgentLoop(live, search, ARMS, k=1, max_turns=2, max_new_tokens=12, temperature=1.0)
     roll = RouterRollouts(lambda qid: loop, {"capital ?": "q1"}, {"q1": ["canberra"]}, {"bm25": 1.0},
                           CostNormaliser(window=8), 2)
-    monkeypatch.setattr(grpo, "hf_continue", lambda *a, **k: Continuation(text="", finish="error",
+    monkeypatch.setattr(backends, "hf_continue", lambda *a, **k: Continuation(text="", finish="error",
                                                                           error="OutOfMemoryError: CUDA"))
     trainer = SimpleNamespace(model=policy.generator.hf_model, state=SimpleNamespace(global_step=0),
                               accelerator=SimpleNamespace(unwrap_model=lambda m: m))

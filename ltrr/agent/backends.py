@@ -187,14 +187,20 @@ class TransformersLM(_GeneratorLM):
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def _model_and_device(self) -> tuple[Any, Any]:
+        """The model that continues, and its device (None: the model's own)."""
+        return self.generator.hf_model, self.generator.device
+
     def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
-        return hf_continue(self.generator.hf_model, self.tokenizer, ids, params, device=self.generator.device)
+        model, device = self._model_and_device()
+        return hf_continue(model, self.tokenizer, ids, params, device=device)
 
     def continue_batch(self, requests: Sequence[tuple[list[int], DecodingParams]]) -> list[Continuation]:
         """Several continuations in one batch (`ltrr.agent.batching.hf_continue_batch`)."""
         from ltrr.agent.batching import hf_continue_batch
 
-        return hf_continue_batch(self.generator.hf_model, self.tokenizer, requests, device=self.generator.device)
+        model, device = self._model_and_device()
+        return hf_continue_batch(model, self.tokenizer, requests, device=device)
 
 
 def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingParams, *,

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ltrr._errors import ConfigError, DataError
-from ltrr.agent.backends import Continuation, TransformersLM, hf_continue
+from ltrr.agent.backends import TransformersLM
 from ltrr.agent.batching import raise_on_model_errors, rollout_many
 
 __all__ = ["GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "sample_seed"]
@@ -141,17 +141,10 @@ class LiveLM(TransformersLM):
         self.generator = base.generator
         self.model = model
 
-    def continue_(self, ids: list[int], text: str, params) -> Continuation:
+    def _model_and_device(self) -> tuple[Any, Any]:
         if self.model is None:
             raise ConfigError("LiveLM has no model to sample from; set .model first")
-        return hf_continue(self.model, self.tokenizer, ids, params)
-
-    def continue_batch(self, requests) -> list[Continuation]:
-        from ltrr.agent.batching import hf_continue_batch
-
-        if self.model is None:
-            raise ConfigError("LiveLM has no model to sample from; set .model first")
-        return hf_continue_batch(self.model, self.tokenizer, requests)
+        return self.model, None
 
 
 class RouterRollouts:
