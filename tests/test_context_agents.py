@@ -308,10 +308,16 @@ def test_context_run_cli_end_to_end(project, capsys):
     capsys.readouterr()
     assert main(["context", "run", str(cfg), "--questions", "6", "--rounds", "2"]) == 0
     out = capsys.readouterr().out
-    assert "questions: the first queries by qid" in out and "rcr-iterative" in out and "token_saving" in out
+    assert "questions: the test part of the design/test partition (seed 7" in out
+    assert "rcr-iterative" in out and "token_saving" in out
+    from ltrr.config import load_config
+    from ltrr.eval.protocol import design_test_partition
+    from ltrr.pipeline import Run
+
+    split = design_test_partition(Run(load_config(str(cfg))).dataset.queries, design_size=0.7, random_state=7)
     per_query = pd.read_parquet(root / "ag" / "context" / "agents_per_query.parquet")
     table = pd.read_csv(root / "ag" / "context" / "agents.csv")
-    assert per_query["qid"].nunique() == 6 and sorted(per_query["qid"].unique()) == [f"q{i:02d}" for i in range(6)]
+    assert per_query["qid"].nunique() == 6 and sorted(per_query["qid"].unique()) == sorted(split.test)[:6]
     assert sorted(per_query["strategy"].unique()) == sorted(["closed-book", *STRATEGIES])
     for col in ("strategy", "questions", "rounds", "runtime_s", "prompt_tokens", "prompt_tokens_planner",
                 "prompt_tokens_searcher", "prompt_tokens_answerer", "contains", "f1", "em", "utility",
@@ -327,10 +333,16 @@ def test_context_run_cli_end_to_end(project, capsys):
     assert set("|".join(agents["arms"]).split("|")) <= {"bm25", "bm25-top1", "none"}
     assert main(["context", "run", str(cfg), "--strategies", "static,best"]) == 2
     assert "unknown context strategy 'best'" in capsys.readouterr().err
+    # budgets are chosen on design questions: their tables go to a folder of their own
+    assert main(["context", "run", str(cfg), "--part", "design", "--questions", "2", "--rounds", "1",
+                 "--budget", "64", "--strategies", "rcr-iterative"]) == 0
+    assert "questions: the design part of the design/test partition (seed 7" in capsys.readouterr().out
+    design = pd.read_parquet(root / "ag" / "context" / "design-B64-T1" / "agents_per_query.parquet")
+    assert sorted(design["qid"].unique()) == sorted(split.train)[:2]
+    with pytest.raises(SystemExit) as exc:
+        main(["context", "run", str(cfg), "--part", "train"])
+    assert exc.value.code == 2 and "invalid choice: 'train'" in capsys.readouterr().err
     # with the protocol's preregistration, the questions come from its test part
-    from ltrr.config import load_config
-    from ltrr.eval.protocol import design_test_partition
-    from ltrr.pipeline import Run
 
     prereg = root / "ag" / "protocol" / "seed-7" / "preregistration.json"
     prereg.parent.mkdir(parents=True)
@@ -338,7 +350,7 @@ def test_context_run_cli_end_to_end(project, capsys):
     assert main(["context", "run", str(cfg), "--questions", "3", "--rounds", "1", "--strategies",
                  "rcr-iterative,full-context"]) == 0
     assert "questions: the protocol's test part (seed 7)" in capsys.readouterr().out
-    test = design_test_partition(Run(load_config(str(cfg))).dataset.queries, design_size=0.7, random_state=7).test
+    test = split.test
     got = pd.read_parquet(root / "ag" / "context" / "agents_per_query.parquet")
     assert sorted(got["qid"].unique()) == sorted(test)[:3]
     assert sorted(got["strategy"].unique()) == ["closed-book", "full-context", "rcr-iterative"]

@@ -348,6 +348,11 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert capsys.readouterr().out.startswith("Held-out design queries")
     inner = json.loads((root / "pol" / "policy" / "eval-features-design" / "eval.json").read_text())
     assert inner["on"] == "design" and inner["n_train"] + inner["n_test"] == ev["n_train"]
+    # --seed: another partition (and head seed), in a folder of its own, the run's tables untouched
+    assert main(["policy", "eval", str(cfg), "--seed", "8"]) == 0
+    other = json.loads((root / "pol" / "policy" / "eval-features-seed8" / "eval.json").read_text())
+    assert other["seed"] == 8 and ev["seed"] == 7 and other["n_train"] + other["n_test"] == ev["n_train"] + ev["n_test"]
+    assert json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text()) == ev
     assert main(["run", str(cfg)]) == 0
     assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
     assert main(["policy", "train", str(cfg), "--budget", "0.4", "--trainer", "exact"]) == 0

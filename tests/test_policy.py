@@ -108,6 +108,41 @@ def test_any_number_of_arms_and_their_order_changes_nothing(n_arms):
     assert np.mean(perm[pol2.predict(X[:, perm], C[perm])] == pol.predict(X)) >= 0.99
 
 
+def test_calibration_rules_on_a_loose_budget(tmp_path):
+    """With a loose budget, "spend" spends it (tau < 0); "nonnegative" keeps the head's own argmax;
+    "utility" takes the feasible tau with the best calibration utility."""
+    X, U, C = bandit(n=300)
+    kw = {"budget": 1.0, "trainer": "exact", "n_steps": 60, "hidden_size": 16, "random_state": 0}
+    spend = BudgetPolicy(**kw).fit(X, U, C)
+    keep = BudgetPolicy(calibration="nonnegative", **kw).fit(X, U, C)
+    best = BudgetPolicy(calibration="utility", **kw).fit(X, U, C)
+    assert keep.tau_ == 0.0 and spend.tau_ < 0 and best.tau_ >= spend.tau_
+    np.testing.assert_array_equal(keep.predict(X), keep.decision_logits(X).argmax(axis=1))
+    assert C[spend.predict(X)].mean() >= C[keep.predict(X)].mean()
+    assert C[best.predict(X)].mean() <= 1.0
+    loaded = BudgetPolicy.load(best.save(tmp_path / "best"))
+    assert loaded.calibration == "utility" and loaded.tau_ == best.tau_
+    np.testing.assert_array_equal(loaded.predict(X), best.predict(X))
+
+
+def test_best_feasible_tau_matches_a_fine_sweep():
+    """The breakpoint search finds the best utility any feasible tau reaches (checked on a grid)."""
+    from ltrr.policy import best_feasible_tau, cost_aware_argmax
+
+    rng = np.random.default_rng(0)
+    s, u = rng.normal(size=(40, 4)), rng.uniform(size=(40, 4))
+    c = np.array([0.0, 0.2, 0.5, 1.0])
+    rows = np.arange(40)
+    for budget in (0.1, 0.4, 0.9):
+        tau = best_feasible_tau(s, c, u, budget)
+        pick = cost_aware_argmax(s, c, tau)
+        assert c[pick].mean() <= budget + 1e-12
+        lo = calibrate_tau(s, c, budget)
+        grid = [t for t in np.linspace(lo, lo + 40, 20001) if c[cost_aware_argmax(s, c, t)].mean() <= budget]
+        best = max(u[rows, cost_aware_argmax(s, c, t)].mean() for t in grid)
+        assert u[rows, pick].mean() == pytest.approx(best)
+
+
 def test_an_arm_a_query_lacks_gets_probability_zero():
     X, U, C = bandit(n=100)
     X[:10, 2] = np.nan
@@ -121,6 +156,9 @@ def test_calibrated_rule_and_oracle():
     assert calibrate_tau(s, c, budget=2.0) <= 0  # already within budget: no push towards cheap
     tau = calibrate_tau(s, c, budget=1.0)
     assert 0 < tau
+    # a floor of 0 (calibration="nonnegative"): a rule within budget keeps its own choice
+    assert calibrate_tau(-s, c, budget=2.0) < 0 and calibrate_tau(-s, c, budget=2.0, floor=0.0) == 0.0
+    assert calibrate_tau(s, c, budget=1.0, floor=0.0) == pytest.approx(tau)
     o = budget_oracle(np.array([[0.0, 1.0], [0.0, 1.0]]), c[:2], budget=0.5)
     assert o["utility"] == pytest.approx(0.5) and o["cost"] == pytest.approx(0.5)
 
@@ -134,6 +172,8 @@ def test_calibrated_rule_and_oracle():
     ({"budget": 0.5, "trainer": "ppo"}, None, "trainer must be 'grpo' or 'exact'"),
     ({"budget": 0.5, "group_size": 0}, None, "group_size must be a positive integer"),
     ({"budget": 0.5, "calibration_size": 1.0}, None, r"calibration_size must be in \[0, 1\)"),
+    ({"budget": 0.5, "calibration": "max"}, None,
+     "calibration must be 'spend' or 'nonnegative' or 'utility', got 'max'"),
 ])
 def test_bad_budgets_costs_and_parameters(kwargs, costs, match):
     X, U, C = bandit(n=20)

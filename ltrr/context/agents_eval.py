@@ -24,7 +24,9 @@ Per strategy (`summarise`): the means, the relative token saving against ``full-
   paired t-test of ``rcr - full + 0.02 > 0`` (``scipy.stats.ttest_rel``, ``alternative =
   "greater"``); ``non-inferior`` when p < 0.05, else ``not non-inferior``.
 
-Outputs (atomic): ``<workdir>/context/agents_per_query.parquet`` and ``agents.csv``.
+Outputs (atomic): ``<workdir>/context/agents_per_query.parquet`` and ``agents.csv``; on the
+design part (``part="design"``, where budgets and rounds are chosen) under
+``<workdir>/context/design-B<base budget>-T<rounds>/``.
 """
 
 from __future__ import annotations
@@ -186,26 +188,38 @@ def summarise(per_query: pd.DataFrame, *, margin: float = MARGIN, alpha: float =
     return pd.DataFrame(rows)
 
 
-def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | None = None) -> tuple[pd.DataFrame, str]:
-    """The questions of `run_context_agents` and where they come from (see the module docstring)."""
+def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | None = None,
+                    part: str = "test") -> tuple[pd.DataFrame, str]:
+    """The questions of `run_context_agents` and where they come from (see the module docstring).
+
+    ``part`` is ``"test"`` (where strategies are measured) or ``"design"`` (where settings such
+    as the budgets are chosen). The partition is the protocol's (`ltrr.eval.protocol.
+    design_test_partition` of the labelled queries, ``[protocol] design_size``, seed ``seed``):
+    the one `ltrr protocol` pre-registered when it has run, and the multi-round router's
+    (`ltrr agent eval`) otherwise.
+    """
     from ltrr.eval.protocol import design_test_partition
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"--questions must be a positive integer, got {n!r}")
+    if part not in ("test", "design"):
+        raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
     seed = run.config.seed if seed is None else int(seed)
     q = run.dataset.queries
+    design_size = run.config.protocol["design_size"]
     prereg = run.workdir / "protocol" / f"seed-{seed}" / "preregistration.json"
     if prereg.is_file():
-        doc = json.loads(prereg.read_text())
+        design_size = json.loads(prereg.read_text())["design_size"]
         labels = run.labels_dir / "labels.parquet"
         if labels.is_file():  # the protocol partitioned the completely labelled queries
             from ltrr.eval.routing import utility_matrix
 
             q = q[q["qid"].isin(set(utility_matrix(pd.read_parquet(labels)).index))]
-        part = design_test_partition(q.reset_index(drop=True), design_size=doc["design_size"], random_state=seed)
-        q, source = q[q["qid"].isin(set(part.test))], f"the protocol's test part (seed {seed})"
+        source = f"the protocol's {part} part (seed {seed})"
     else:
-        source = "the first queries by qid (no protocol: `ltrr protocol CONFIG` makes its test part)"
+        source = f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)"
+    split = design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed)
+    q = q[q["qid"].isin(set(split.test if part == "test" else split.train))]
     q = q[q["answers"].map(len) > 0]
     if qtype is not None:
         types = sorted(set(q["qtype"].astype(str))) if "qtype" in q.columns else []
@@ -221,7 +235,7 @@ def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | N
 
 def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_questions: int = 60,
                        rounds: int | None = None, budget: int | None = None, qtype: str | None = None,
-                       out_dir: str | Path | None = None) -> dict:
+                       part: str = "test", out_dir: str | Path | None = None) -> dict:
     """Compare the strategies on a run (see the module docstring).
 
     Returns ``{"per_query", "table", "source", "metric", "router"}`` and writes
@@ -251,7 +265,7 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     if not (model / "router.json").is_file():
         raise NotBuiltError(f"no trained router at {model}: run `ltrr train {run.config.source or 'CONFIG'}` first "
                             "(the Searcher routes each sub-question with it)")
-    questions, source = agent_questions(run, n_questions, qtype=qtype)
+    questions, source = agent_questions(run, n_questions, qtype=qtype, part=part)
     router = LTRRouter.load(model)
     gcfg, lcfg = run.config.generation, run.config.labels
     generator = run.make_generator()
@@ -283,9 +297,11 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     per_query = score_answers(per_query, golds, metric=lcfg["metric"], judge=judge)
     table = summarise(per_query)
     out = Path(out_dir) if out_dir else run.workdir / "context"
+    if part == "design" and not out_dir:  # one folder per setting tried on design questions
+        out = out / f"design-B{spec.base_budget}-T{spec.rounds}"
     write_table_atomic(per_query, out / "agents_per_query.parquet")
     write_text_atomic(out / "agents.csv", table.to_csv(index=False))
     run.log(f"[context] {len(per_query)} (question, strategy) rows in {time.perf_counter() - t0:.1f}s, "
             f"{generator.generator_calls} generator calls, {generator.hits} cache hits -> {out / 'agents.csv'}")
     return {"per_query": per_query, "table": table, "source": source, "metric": str(lcfg["metric"]),
-            "router": ranker}
+            "router": ranker, "out": out}

@@ -40,6 +40,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     r.add_argument("--rounds", type=int, default=None, help="rounds T, 1 to 3 (default: [context] rounds)")
     r.add_argument("--budget", type=int, default=None, help="base token budget B (default: [context] base_budget)")
     r.add_argument("--qtype", default=None, help="only questions of this query type")
+    r.add_argument("--part", choices=["test", "design"], default="test",
+                   help="the protocol's test part (default), or its design part, where budgets are chosen")
     r.set_defaults(func=lambda a: _run(a, log, out))
 
 
@@ -74,8 +76,8 @@ def _run(args: argparse.Namespace, log, out) -> int:
             raise ConfigError(f"--strategies must name at least one strategy, got {args.strategies!r}")
     run = Run(load_config(args.config), log=log)
     doc = run_context_agents(run, strategy_names=names, n_questions=args.questions, rounds=args.rounds,
-                             budget=args.budget, qtype=args.qtype)
+                             budget=args.budget, qtype=args.qtype, part=args.part)
     out(f"questions: {doc['source']}; router {doc['router']}; utility = {doc['metric']}")
     out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    out(f"\ntables: {run.workdir / 'context'}")
+    out(f"\ntables: {doc['out']}")
     return 0

@@ -24,6 +24,7 @@ _EXPORTS = {
     "binomial_margin": "ltrr.policy.objective",
     "budget_oracle": "ltrr.policy.objective",
     "calibrate_tau": "ltrr.policy.objective",
+    "best_feasible_tau": "ltrr.policy.objective",
     "cost_aware_argmax": "ltrr.policy.objective",
     "dual_update": "ltrr.policy.objective",
     "exact_loss": "ltrr.policy.objective",

@@ -22,6 +22,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e.add_argument("--on", choices=["test", "design"], default="test",
                    help="design: train and measure inside the design part (to choose settings; the "
                         "test part is not read)")
+    e.add_argument("--seed", type=int, help="partition, folds and head seed (default: the run's seed), as in "
+                                            "`ltrr protocol --seed`; another seed's tables go to their own folder")
     e.set_defaults(func=lambda a: _eval(a, log, out))
 
 
@@ -46,7 +48,7 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     from ltrr.policy.run import evaluate_policy
 
     run = _run(args, log)
-    doc = evaluate_policy(run, representation=args.representation, on=args.on)
+    doc = evaluate_policy(run, representation=args.representation, on=args.on, seed=args.seed)
     out(budgets_markdown(doc, run.config.policy["trainers"]))
     for p in doc["plots"]:
         out(f"plot:   {p}")

@@ -27,6 +27,7 @@ from sklearn.exceptions import NotFittedError
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.policy.objective import (
+    best_feasible_tau,
     calibrate_tau,
     check_budget,
     check_costs,
@@ -37,9 +38,10 @@ from ltrr.policy.objective import (
     grpo_loss,
 )
 
-__all__ = ["BudgetPolicy", "TRAINERS", "HEAD_FORMAT"]
+__all__ = ["BudgetPolicy", "CALIBRATIONS", "TRAINERS", "HEAD_FORMAT"]
 
 TRAINERS = ("grpo", "exact")
+CALIBRATIONS = ("spend", "nonnegative", "utility")
 HEAD_FORMAT = 1
 
 
@@ -104,6 +106,13 @@ class BudgetPolicy(BaseEstimator):
         oscillation of the multiplier the averaged iterate is steadier than the last.
     calibration_size : float
         Share of the training queries (by group) held out to calibrate the deterministic rule.
+    calibration : {"spend", "nonnegative", "utility"}
+        How the deterministic rule's threshold ``tau`` is set on the calibration queries.
+        ``"spend"``: the smallest ``tau`` that meets ``B`` (`calibrate_tau`); it may be negative,
+        pushing the rule towards dearer arms until it spends the budget. ``"nonnegative"``: the
+        same with ``tau >= 0``, like the multiplier it stands for. ``"utility"``: of the ``tau``
+        that meet ``B``, the one with the best mean utility on the calibration queries
+        (`best_feasible_tau`), so a loose budget is spent only where the labels say it pays.
     random_state : int
         Seeds the head's initialisation, the sampling and the calibration split.
 
@@ -120,7 +129,7 @@ class BudgetPolicy(BaseEstimator):
     def __init__(self, budget: float = 0.5, *, trainer: str = "grpo", group_size: int = 8, n_steps: int = 600,
                  learning_rate: float = 0.05, dual_lr: float = 0.02, entropy_weight: float | None = None,
                  ce_weight: float = 0.0, hidden_size: int = 0, average: bool = True,
-                 calibration_size: float = 0.2, random_state: int = 0):
+                 calibration_size: float = 0.2, calibration: str = "spend", random_state: int = 0):
         self.budget = budget
         self.trainer = trainer
         self.group_size = group_size
@@ -132,6 +141,7 @@ class BudgetPolicy(BaseEstimator):
         self.hidden_size = hidden_size
         self.average = average
         self.calibration_size = calibration_size
+        self.calibration = calibration
         self.random_state = random_state
 
     def _check_params(self) -> None:
@@ -159,6 +169,8 @@ class BudgetPolicy(BaseEstimator):
                 raise bad(name, "a number >= 0")
         if not isinstance(self.calibration_size, (int, float)) or not 0 <= self.calibration_size < 1:
             raise bad("calibration_size", "in [0, 1)")
+        if self.calibration not in CALIBRATIONS:
+            raise bad("calibration", " or ".join(repr(c) for c in CALIBRATIONS))
 
     # ---- the network ------------------------------------------------------------------------
     def _make_head(self, n_features: int):
@@ -258,7 +270,11 @@ class BudgetPolicy(BaseEstimator):
         part = cal if cal.any() else tr
         with torch.no_grad():
             logits = self._logits(X[part], present[part]).numpy().astype(np.float64)
-        self.tau_ = calibrate_tau(logits, C[part] / self.c_max_, b_norm)
+        if self.calibration == "utility":
+            self.tau_ = best_feasible_tau(logits, C[part] / self.c_max_, np.where(present, U, np.nan)[part], b_norm)
+        else:
+            self.tau_ = calibrate_tau(logits, C[part] / self.c_max_, b_norm,
+                                      floor=0.0 if self.calibration == "nonnegative" else None)
         self.n_calibration_ = int(cal.sum())
         self.n_features_in_ = X.shape[2]
         return self

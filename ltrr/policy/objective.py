@@ -47,6 +47,7 @@ __all__ = [
     "dual_update",
     "cost_aware_argmax",
     "calibrate_tau",
+    "best_feasible_tau",
     "budget_oracle",
     "binomial_margin",
     "check_costs",
@@ -158,14 +159,18 @@ def cost_aware_argmax(scores: np.ndarray, costs: np.ndarray, tau: float) -> np.n
     return np.argmax(s, axis=1)
 
 
-def calibrate_tau(scores: np.ndarray, costs: np.ndarray, budget: float, *, iters: int = 100) -> float:
-    """The smallest ``tau`` whose `cost_aware_argmax` has mean cost ``<= budget``.
+def calibrate_tau(scores: np.ndarray, costs: np.ndarray, budget: float, *, iters: int = 100,
+                  floor: float | None = None) -> float:
+    """The smallest ``tau`` (not below ``floor``) whose `cost_aware_argmax` has mean cost ``<= budget``.
 
     The chosen arm's cost is non-increasing in ``tau`` for every query, so the mean cost is too,
-    and bisection finds the threshold. ``tau`` may be negative: a rule whose scores already
-    choose cheap arms is pushed towards dearer ones until it spends the budget, so the rule uses
-    the scores' ranking of the arms and the budget sets the trade-off. The search bound is where
-    the cheapest (or dearest) arm wins every query: the score range over the smallest cost gap.
+    and bisection finds the threshold. With ``floor=None``, ``tau`` may be negative: a rule whose
+    scores already choose cheap arms is pushed towards dearer ones until it spends the budget,
+    so the rule uses the scores' ranking of the arms and the budget sets the trade-off. With
+    ``floor=0`` the rule never rewards cost, like the Lagrange multiplier it stands for
+    (``lambda >= 0``): where the scores' own choice is within the budget, it is kept. The search
+    bound is where the cheapest (or dearest) arm wins every query: the score range over the
+    smallest cost gap.
 
     Examples
     --------
@@ -174,6 +179,8 @@ def calibrate_tau(scores: np.ndarray, costs: np.ndarray, budget: float, *, iters
     1.0
     >>> round(calibrate_tau(-s, c, budget=0.5), 6)  # both prefer the free arm; query 0 is pushed up
     -3.0
+    >>> calibrate_tau(-s, c, budget=0.5, floor=0.0)  # ... unless cost may not be rewarded
+    0.0
     """
     costs = np.broadcast_to(np.asarray(costs, dtype=np.float64), np.shape(scores))
 
@@ -188,7 +195,7 @@ def calibrate_tau(scores: np.ndarray, costs: np.ndarray, budget: float, *, iters
     if mean_cost(bound) > budget:
         raise DataError(f"no threshold meets the budget {budget}: the cheapest arms cost "
                         f"{mean_cost(bound):.4g} on average")
-    lo, hi = -bound, bound
+    lo, hi = (-bound if floor is None else float(floor)), bound
     if mean_cost(lo) <= budget:
         return lo
     for _ in range(iters):
@@ -198,6 +205,43 @@ def calibrate_tau(scores: np.ndarray, costs: np.ndarray, budget: float, *, iters
         else:
             lo = mid
     return hi
+
+
+def best_feasible_tau(scores: np.ndarray, costs: np.ndarray, utilities: np.ndarray, budget: float) -> float:
+    """The ``tau`` whose `cost_aware_argmax` has the best mean utility at mean cost ``<= budget``.
+
+    Every ``tau`` from `calibrate_tau` (the smallest that meets the budget) upwards meets it, and
+    the rule only changes where two arms of a query swap places, at ``tau = (s_i - s_j) / (c_i -
+    c_j)``. So each interval between those breakpoints is tried once (at its midpoint, and the
+    smallest feasible ``tau`` itself); a tie in utility goes to the larger ``tau`` (the cheaper
+    rule). Unlike spending the budget, this keeps a loose budget unspent where the labelled
+    queries say the dearer arms do not pay.
+
+    Examples
+    --------
+    >>> s = np.array([[0.0, 1.0], [0.0, 3.0]]); c = np.array([0.0, 1.0])
+    >>> u = np.array([[0.0, 1.0], [1.0, 0.0]])  # query 1's dear arm is worse: keep it cheap
+    >>> best_feasible_tau(s, c, u, budget=1.0) > 3.0
+    True
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    costs = np.broadcast_to(np.asarray(costs, dtype=np.float64), scores.shape)
+    utilities = np.asarray(utilities, dtype=np.float64)
+    lo = calibrate_tau(scores, costs, budget)
+    ds = scores[:, :, None] - scores[:, None, :]
+    dc = costs[:, :, None] - costs[:, None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bp = np.where(np.abs(dc) > 1e-12, ds / dc, np.nan)
+    bp = np.unique(bp[np.isfinite(bp) & (bp > lo)])
+    cands = np.concatenate([[lo], (np.concatenate([[lo], bp[:-1]]) + bp) / 2 if bp.size else [], bp[-1:] + 1.0])
+    rows = np.arange(len(scores))
+    best_tau, best_u = lo, -np.inf
+    for t in cands:
+        pick = cost_aware_argmax(scores, costs, t)
+        u = float(np.nanmean(utilities[rows, pick]))
+        if u >= best_u - 1e-12:
+            best_tau, best_u = float(t), max(u, best_u)
+    return best_tau
 
 
 def budget_oracle(U: np.ndarray, C: np.ndarray, budget: float) -> dict:

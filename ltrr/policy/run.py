@@ -82,14 +82,15 @@ def _states(run, raw, pcfg):
     return states, {"generator": gcfg, "pooling": pcfg["pooling"], "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None):
+def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None, seed: int | None = None):
     from ltrr.policy.router import PolicyRouter
 
     pcfg = run.config.policy
+    seed = run.config.seed if seed is None else seed
     ltr = run._router("ltrr", run.config.train["ranker"]).get_params()
     return PolicyRouter(budget, costs=costs, representation=pcfg["representation"], trainer=trainer,
                         ltr=ltr, policy_params=pcfg["params"], n_folds=pcfg["n_folds"],
-                        lm=lm, random_state=run.config.seed)
+                        lm=lm, random_state=seed)
 
 
 def policy_dir(run, budget: float, representation: str, trainer: str) -> Path:
@@ -124,12 +125,16 @@ def train_policy(run, budget: float | None = None, *, representation: str | None
 
 
 def evaluate_policy(run, *, representation: str | None = None, fractions=None, trainers=None,
-                    on: str = "test") -> dict:
+                    on: str = "test", seed: int | None = None, inner_seed: int | None = None,
+                    params: dict | None = None) -> dict:
     """Train on the design part, measure on the test part: the per-budget table, curve and plots.
 
     ``on="design"`` never reads the test part: the design part is partitioned again (same rule,
-    same seed) and the policy is measured on that inner held-out part, which is where policy
-    settings are chosen before the test part is read once.
+    seed ``inner_seed``, by default ``seed``) and the policy is measured on that inner held-out
+    part, which is where policy settings are chosen before the test part is read once.
+    ``seed`` (default: the run's) seeds the partition, the ranker's folds and the head, as
+    ``ltrr protocol --seed`` does; results of another seed go to their own folder.
+    ``params`` are `BudgetPolicy` parameters over ``[policy] params`` (a design study's variants).
     """
     from ltrr.eval.protocol import design_test_partition
     from ltrr.policy.evaluate import budgets_markdown, evaluate_budgets, frame, plot_curves
@@ -138,20 +143,24 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     pcfg = dict(run.config.policy)
     if representation:
         pcfg["representation"] = representation
+    if params:
+        pcfg["params"] = {**pcfg["params"], **params}
     run.config.policy = pcfg
+    seed = run.config.seed if seed is None else int(seed)
+    inner_seed = seed if inner_seed is None else int(inner_seed)
     fractions = list(fractions or pcfg["fractions"])
     trainers = list(trainers or pcfg["trainers"])
     labels, raw = run._inputs_for_training("policy")
     costs, record = arm_costs(run, labels)
     queries = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
     part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
-                                 random_state=run.config.seed)
+                                 random_state=seed)
     if on not in ("test", "design"):
         raise ConfigError(f"policy eval: on must be 'test' or 'design', got {on!r}")
     if on == "design":
         queries = queries[queries["qid"].astype(str).isin(set(map(str, part.train)))]
         part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
-                                     random_state=run.config.seed)
+                                     random_state=inner_seed)
         raw = raw.subset([str(q) for q in queries["qid"]])
         labels = labels[labels["qid"].astype(str).isin(set(queries["qid"].astype(str)))]
     train_q, test_q = list(part.train), list(part.test)
@@ -170,7 +179,7 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     def make_policy(budget, trainer):
         t0 = time.perf_counter()
         if "base" not in fitted:
-            fitted["base"] = _router(run, budget, costs, trainer, lm).fit(
+            fitted["base"] = _router(run, budget, costs, trainer, lm, seed).fit(
                 raw_tr, lab_tr, groups=groups, question_states=st_tr)
             pol = fitted["base"]
         else:
@@ -191,9 +200,11 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     doc = evaluate_budgets(make_policy, U.loc[train_ids].to_numpy(float), U.loc[test_ids].to_numpy(float),
                            np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run._no_retrieval()[0],
                            fractions, trainers)
-    doc.update(costs_record=record, representation=pcfg["representation"], seed=run.config.seed,
-               first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on)
-    out = eval_dir(run, pcfg, on)
+    doc.update(costs_record=record, representation=pcfg["representation"], seed=seed,
+               first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on, params=pcfg["params"])
+    if on == "design":
+        doc["inner_seed"] = inner_seed
+    out = eval_dir(run, pcfg, on, None if seed == run.config.seed else seed)
     out.mkdir(parents=True, exist_ok=True)
     mid = fractions[len(fractions) // 2] * max(costs.values())
     hist = histories.get((mid, trainers[0]))
@@ -205,9 +216,10 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     return doc
 
 
-def eval_dir(run, pcfg: dict, on: str = "test") -> Path:
-    """``policy/eval-REPRESENTATION[-design]`` of the run's workdir."""
-    return run.workdir / "policy" / (f"eval-{pcfg['representation']}" + ("-design" if on == "design" else ""))
+def eval_dir(run, pcfg: dict, on: str = "test", seed: int | None = None) -> Path:
+    """``policy/eval-REPRESENTATION[-design][-seedN]`` of the run's workdir (N: a seed other than the run's)."""
+    return run.workdir / "policy" / (f"eval-{pcfg['representation']}" + ("-design" if on == "design" else "")
+                                     + (f"-seed{seed}" if seed is not None else ""))
 
 
 def stage_policy(run, *, force: bool = False) -> dict | None:
