@@ -113,7 +113,7 @@ def test_calibration_rules_on_a_loose_budget(tmp_path):
     "utility" takes the feasible tau with the best calibration utility."""
     X, U, C = bandit(n=300)
     kw = {"budget": 1.0, "trainer": "exact", "n_steps": 60, "hidden_size": 16, "random_state": 0}
-    spend = BudgetPolicy(**kw).fit(X, U, C)
+    spend = BudgetPolicy(calibration="spend", **kw).fit(X, U, C)
     keep = BudgetPolicy(calibration="nonnegative", **kw).fit(X, U, C)
     best = BudgetPolicy(calibration="utility", **kw).fit(X, U, C)
     assert keep.tau_ == 0.0 and spend.tau_ < 0 and best.tau_ >= spend.tau_
