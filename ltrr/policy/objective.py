@@ -228,9 +228,9 @@ def best_feasible_tau(scores: np.ndarray, costs: np.ndarray, utilities: np.ndarr
     costs = np.broadcast_to(np.asarray(costs, dtype=np.float64), scores.shape)
     utilities = np.asarray(utilities, dtype=np.float64)
     lo = calibrate_tau(scores, costs, budget)
-    ds = scores[:, :, None] - scores[:, None, :]
-    dc = costs[:, :, None] - costs[:, None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # an absent arm's -inf score gives no breakpoint
+        ds = scores[:, :, None] - scores[:, None, :]
+        dc = costs[:, :, None] - costs[:, None, :]
         bp = np.where(np.abs(dc) > 1e-12, ds / dc, np.nan)
     bp = np.unique(bp[np.isfinite(bp) & (bp > lo)])
     cands = np.concatenate([[lo], (np.concatenate([[lo], bp[:-1]]) + bp) / 2 if bp.size else [], bp[-1:] + 1.0])
