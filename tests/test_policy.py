@@ -138,9 +138,12 @@ def test_best_feasible_tau_matches_a_fine_sweep():
         pick = cost_aware_argmax(s, c, tau)
         assert c[pick].mean() <= budget + 1e-12
         lo = calibrate_tau(s, c, budget)
-        grid = [t for t in np.linspace(lo, lo + 40, 20001) if c[cost_aware_argmax(s, c, t)].mean() <= budget]
+        grid = [t for t in np.linspace(lo, lo + 40, 4001) if c[cost_aware_argmax(s, c, t)].mean() <= budget]
         best = max(u[rows, cost_aware_argmax(s, c, t)].mean() for t in grid)
         assert u[rows, pick].mean() == pytest.approx(best)
+        # few candidates (quantiles of the breakpoints): still feasible, never above the exact best
+        rough = cost_aware_argmax(s, c, best_feasible_tau(s, c, u, budget, max_candidates=10))
+        assert c[rough].mean() <= budget + 1e-12 and u[rows, rough].mean() <= best + 1e-12
 
 
 def test_an_arm_a_query_lacks_gets_probability_zero():
