@@ -216,6 +216,36 @@ def test_parse_subquestions_is_robust():
     assert parse_subquestions("a b?\nc d?\ne f?", "q", 2) == ["a b?", "c d?"]
 
 
+class TimedLLM(FakeLLM):
+    """FakeLLM whose every call reports a quarter of a second of generation."""
+
+    identity = "fake-agents-timed"
+
+    def generate(self, prompts, params=None):
+        return [Generation(text=g.text, prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
+                           latency_s=0.25) for g in super().generate(prompts, params)]
+
+
+def test_generation_seconds_count_cache_hits_at_their_recorded_latency(tmp_path):
+    """runtime_s is wall time with the cache; generation_s charges a replayed call what it cost
+    when it was made, so a strategy that follows another on the same question is not favoured."""
+    from ltrr.generation.cache import CachedGenerator, GenerationCache
+
+    gen = CachedGenerator(TimedLLM(), GenerationCache(tmp_path / "g.sqlite"))
+    q = _questions().head(1)
+    per_query = compare_strategies(q, generator=gen, search=RoutedSearch(FakeRouter()),
+                                   spec=LoopSpec(rounds=2, base_budget=64), embedder=BowEmbedder(),
+                                   strategy_names=["rcr-oneshot", "rcr-iterative"])
+    calls = {r.strategy: len(json.loads(r.turns)) for r in per_query.itertuples()}
+    g = per_query.set_index("strategy")["generation_s"]
+    assert g["closed-book"] == 0.25 and calls["rcr-iterative"] == 2 * calls["rcr-oneshot"] > 0
+    # rcr-iterative's round 1 replays rcr-oneshot's calls from the cache, yet is charged for them
+    assert gen.hits > 0 and g["rcr-oneshot"] == 0.25 * calls["rcr-oneshot"]
+    assert g["rcr-iterative"] == 0.25 * calls["rcr-iterative"]
+    table = summarise(score_answers(per_query, {"q1": ["answer3"]}, metric="em")).set_index("strategy")
+    assert table.loc["rcr-iterative", "generation_s"] == 2 * table.loc["rcr-oneshot", "generation_s"]
+
+
 def _questions():
     return pd.DataFrame({"qid": ["q1", "q2", "q3"], "qtype": ["a", "b", "a"],
                          "question": ["who is the painter leonardo?", "where is the river nile?", "who climbed everest?"],

@@ -188,6 +188,9 @@ class Turn:
     truncated: int = 0  # items the prompt builder cut to fit the model's window
     output: str | None = None
     error: str | None = None
+    # the generator's own seconds for this call, as recorded when it was made: a cache hit
+    # carries the latency of the call it replays, so strategies that share calls compare fairly
+    generation_s: float = 0.0
 
 
 @dataclass
@@ -209,6 +212,10 @@ class QuestionResult:
         """Prompt tokens of every call (of ``agent``'s calls), as the generator counted them."""
         return sum(t.prompt_tokens for t in self.turns if agent is None or t.agent == agent)
 
+    def generation_s(self) -> float:
+        """The generator's seconds over every call, cache hits counted at their recorded latency."""
+        return float(sum(t.generation_s for t in self.turns))
+
     @property
     def empty_turns(self) -> list[Turn]:
         """Turns whose memory had items but whose context was empty (the budget's doing)."""
@@ -219,6 +226,7 @@ class QuestionResult:
         return {"strategy": self.strategy, "rounds": self.rounds, "answer": self.answer, "error": self.error,
                 **{f"prompt_tokens_{a}": self.prompt_tokens(a) for a in AGENTS},
                 "prompt_tokens": self.prompt_tokens(), "runtime_s": self.runtime_s,
+                "generation_s": self.generation_s(),
                 "subquestions": "\n".join(self.subquestions), "arms": "|".join(self.arms),
                 "empty_contexts": len(empty),
                 "empty_note": f"{empty[0].agent} r{empty[0].round}: {empty[0].empty_reason}" if empty else "",
@@ -304,6 +312,7 @@ class Agent:
                                    ep.params, max_prompt_tokens=loop.max_prompt_tokens)
         turn.prompt_tokens, turn.output, turn.error = res.prompt_tokens, res.answer, res.error
         turn.truncated = res.n_truncated_passages
+        turn.generation_s = float(sum(g.latency_s for g in res.generations))
         return res.answer if res.ok else None
 
     def act(self, ep: _Episode) -> None:  # pragma: no cover - abstract
@@ -330,6 +339,7 @@ class Planner(Agent):
             msgs = plan_messages(ep.question, notes, n)
         gen = loop.generator.generate([msgs], ep.params)[0]
         turn.prompt_tokens, turn.output, turn.error = int(gen.prompt_tokens), gen.text, gen.error
+        turn.generation_s = float(gen.latency_s)
         ep.subquestions = parse_subquestions(gen.text, ep.question, n) if gen.ok else [ep.question]
         ep.write("plan", ["\n".join(ep.subquestions)], prefix=f"r{ep.round}-plan", source=self.name, keys=["plan"])
 

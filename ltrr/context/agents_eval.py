@@ -9,7 +9,11 @@ on every labelled query, the test part included: the comparison is between strat
 share it, not a held-out measure of the router.
 
 Per question and strategy (`compare_strategies`): prompt tokens per agent and in total (the
-generator's own counts), runtime, rounds, the empty contexts a budget caused, and the final
+generator's own counts), runtime (``runtime_s``, wall time with the generation cache, so a
+strategy replaying calls an earlier one made is faster than it would be alone; and
+``generation_s``, the generator's recorded seconds over every call, cache hits counted at the
+latency of the call they replay, which compares strategies fairly), rounds, the empty contexts
+a budget caused, and the final
 answer's ``contains``, ``f1`` and ``em`` against the gold answers, plus ``utility`` (the
 ``[labels] metric``) and ``aqs`` only when ``[labels.judge]`` is configured.
 
@@ -88,7 +92,8 @@ def compare_strategies(questions: pd.DataFrame, *, generator, search, spec: Loop
                                        max_prompt_tokens=max_prompt_tokens)
             rows.append({**base, "strategy": CLOSED_BOOK, "rounds": 0, "answer": res.answer, "error": res.error,
                          **{f"prompt_tokens_{a}": np.nan for a in AGENTS}, "prompt_tokens": res.prompt_tokens,
-                         "runtime_s": time.perf_counter() - t0, "subquestions": "", "arms": "", "empty_contexts": 0,
+                         "runtime_s": time.perf_counter() - t0,
+                         "generation_s": float(sum(g.latency_s for g in res.generations)), "subquestions": "", "arms": "", "empty_contexts": 0,
                          "empty_note": "", "memory_items": 0, "memory_log": "", "turns": "[]"})
         for loop in loops.values():
             rows.append({**base, **loop.answer(str(q.question)).to_row()})
@@ -149,7 +154,7 @@ def summarise(per_query: pd.DataFrame, *, margin: float = MARGIN, alpha: float =
     from ltrr.eval.stats import paired_wilcoxon
 
     cols = ["rounds", "runtime_s", "prompt_tokens", *[f"prompt_tokens_{a}" for a in AGENTS],
-            *[c for c in (*LEXICAL, "aqs", "utility") if c in per_query.columns]]
+            *[c for c in ("generation_s", *LEXICAL, "aqs", "utility") if c in per_query.columns]]
     wide = {s: g.set_index("qid") for s, g in per_query.groupby("strategy", sort=False)}
     full = wide.get("full-context")
     closed = wide.get(CLOSED_BOOK)
