@@ -197,3 +197,15 @@ def test_bad_data():
         pol.predict(np.concatenate([X, X], axis=2))
     with pytest.raises(NotBuiltError, match="no saved policy head"):
         BudgetPolicy.load("/nonexistent")
+
+
+def test_docstring_examples_run():
+    """The Examples sections of the policy's modules run as written (pytest collects no doctests)."""
+    import doctest
+
+    import ltrr.policy.estimator
+    import ltrr.policy.objective
+
+    for mod in (ltrr.policy.objective, ltrr.policy.estimator):
+        res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert res.attempted > 0 and res.failed == 0, mod.__name__

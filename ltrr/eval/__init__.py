@@ -2,7 +2,8 @@
 
 - `ltrr.eval.splits`: `make_splits` (``balanced``, ``leave-one-type-out``, ``kfold``), `Split`.
 - `ltrr.eval.stats`: bootstrap CIs, paired Wilcoxon test, Bonferroni/Holm, tau, P@1, nDCG.
-- `ltrr.eval.routing`: `evaluate_router`, `evaluate_routers`, `evaluate_splits` -> `Evaluation`.
+- `ltrr.eval.routing`: `evaluate_router`, `evaluate_routers`, `evaluate_splits` -> `Evaluation`
+  (over `ltrr.eval.outcomes`: the utility matrix, per-query outcomes and their summary).
 - `ltrr.eval.report`: Table-1-style Markdown/CSV/JSON (`write_report`).
 - `ltrr.eval.plots`: PNG plots (matplotlib loads only when a plot is drawn).
 """

@@ -44,7 +44,7 @@ def captured_share(r, b, o, *, random_state=0, n_resamples: int = 2000) -> dict:
 
     ``o`` is the oracle's per-query utility (raw, or the noise-corrected oracle's).
     """
-    from ltrr.eval.routing import _headroom_stat
+    from ltrr.eval.outcomes import _headroom_stat
     from ltrr.eval.stats import paired_bootstrap_ci
 
     ci = paired_bootstrap_ci((np.asarray(r, float), np.asarray(b, float), np.asarray(o, float)),
