@@ -368,7 +368,9 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     # token costs: the prompt tokens an arm adds over no retrieval, plus its measured latency
     cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\ncost = "tokens"\nlatency_weight = 0.0\n'))
     assert main(["policy", "eval", str(cfg)]) == 0
-    ev = json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text())
+    ev_config = ev
+    ev = json.loads((root / "pol" / "policy" / "eval-features-tokens" / "eval.json").read_text())
+    assert json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text()) == ev_config
     rec = ev["costs_record"]
     assert rec["cost"] == "tokens" and rec["costs"]["none"] == 0.0 and rec["costs"]["bm25"] > rec["costs"]["bm25-top1"] > 0
     assert set(rec["latency_seconds"]) == {"bm25", "bm25-top1", "none"}

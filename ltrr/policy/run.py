@@ -217,9 +217,11 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
 
 
 def eval_dir(run, pcfg: dict, on: str = "test", seed: int | None = None) -> Path:
-    """``policy/eval-REPRESENTATION[-design][-seedN]`` of the run's workdir (N: a seed other than the run's)."""
-    return run.workdir / "policy" / (f"eval-{pcfg['representation']}" + ("-design" if on == "design" else "")
-                                     + (f"-seed{seed}" if seed is not None else ""))
+    """``policy/eval-REPRESENTATION[-tokens][-design][-seedN]`` of the run's workdir (``-tokens``:
+    ``[policy] cost = "tokens"``; N: a seed other than the run's), so no evaluation overwrites
+    another's tables."""
+    return run.workdir / "policy" / (f"eval-{pcfg['representation']}" + ("-tokens" if pcfg["cost"] == "tokens" else "")
+                                     + ("-design" if on == "design" else "") + (f"-seed{seed}" if seed is not None else ""))
 
 
 def stage_policy(run, *, force: bool = False) -> dict | None:
