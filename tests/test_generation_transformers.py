@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import types
 
 import pytest
 
@@ -206,63 +205,6 @@ def test_llama_cpp_missing_dependency_names_the_extra(monkeypatch):
         LlamaCppGenerator()
     with pytest.raises(MissingDependencyError, match=r"pip install 'ltrr\[llamacpp\]'"):
         make_generator({"backend": "llama_cpp", "n_ctx": 2048})
-
-
-def test_llama_cpp_calls_llama_greedily(monkeypatch, tmp_path):
-    """Our side of the llama_cpp call, against a stand-in module with Llama's interface."""
-    created, calls = [], []
-
-    class FakeLlama:
-        def __init__(self, **kwargs):
-            created.append(kwargs)
-
-        def tokenize(self, data: bytes, add_bos: bool = True, special: bool = False):
-            return data.split()
-
-        def create_chat_completion(self, **kwargs):
-            calls.append(kwargs)
-            if "overflow" in kwargs["messages"][-1]["content"]:
-                raise ValueError("Requested tokens exceed context window")
-            return {
-                "choices": [
-                    {
-                        "message": {"role": "assistant", "content": "<answer>Canberra</answer>"},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 40, "completion_tokens": 6},
-            }
-
-    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
-    model = tmp_path / "m.gguf"
-    model.write_bytes(b"GGUF fake weights")
-    gen = make_generator(
-        {"backend": "llama_cpp", "model": str(model), "n_ctx": 1024, "n_threads": 2}
-    )
-    res = answer_with_fallback(
-        gen, "think_answer", "Capital of Australia?", ["Canberra is the capital."]
-    )
-    assert res.answer == "Canberra" and res.prompt_tokens == 40 and res.completion_tokens == 6
-    assert created == [
-        {
-            "model_path": str(model),
-            "n_ctx": 1024,
-            "n_threads": 2,
-            "n_gpu_layers": 0,
-            "chat_format": None,
-            "verbose": False,
-        }
-    ]
-    call = calls[0]
-    assert call["temperature"] == 0.0 and call["top_k"] == 1 and call["max_tokens"] == 256
-    assert "Document 1: Canberra is the capital." in call["messages"][-1]["content"]
-    assert gen.context_length == 1024 and gen.count_tokens("a b c") == 3
-    assert gen.identity.startswith("llama_cpp:m.gguf:")
-    out = gen.generate(["overflow", "fine"], DecodingParams(json_mode=True))
-    assert not out[0].ok and "exceed context window" in out[0].error and out[1].ok
-    assert calls[-1]["response_format"] == {"type": "json_object"}
-    with pytest.raises(ConfigError, match="is not a .gguf file"):
-        LlamaCppGenerator(tmp_path / "nothing.gguf")
 
 
 # ------------------------------------------------------------------ packaged SmolLM2 (slow)

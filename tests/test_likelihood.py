@@ -47,10 +47,14 @@ def test_an_alias_that_tokenises_to_nothing_is_a_clear_error(tiny):
 
 
 def test_a_backend_without_log_probabilities_says_so():
-    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+    class Plain(Generator):
+        backend, identity = "plain", "plain-1"
 
-    with pytest.raises(ConfigError, match=r"the 'llama_cpp' generator backend returns no log-probabilities"):
-        Generator.score(LlamaCppGenerator.__new__(LlamaCppGenerator), ["q"], ["a"])
+        def generate(self, prompts, params=None):
+            return []
+
+    with pytest.raises(ConfigError, match=r"the 'plain' generator backend returns no log-probabilities"):
+        Plain().score(["q"], ["a"])
 
 
 class _Scorer(Generator):

@@ -269,65 +269,26 @@ class LlamaCppLM(_GeneratorLM):
 
         self.generator = generator if isinstance(generator, LlamaCppGenerator) else LlamaCppGenerator(generator)
 
-    def _token_text(self, token: int) -> str:
-        llama = self.generator.llama
-        try:
-            raw = llama.detokenize([token], special=True)
-        except TypeError:  # llama-cpp-python before the special argument
-            raw = llama.detokenize([token])
-        return raw.decode("utf-8", errors="replace")
-
     def render(self, messages: list[dict[str, str]]) -> str:
-        from ltrr.generation.llamacpp_backend import _llama_cpp
-
-        llama = self.generator.llama
-        template = (getattr(llama, "metadata", None) or {}).get("tokenizer.chat_template")
-        if not template:
-            raise ConfigError(
-                f"{self.generator.identity}: the GGUF file has no tokenizer.chat_template; the "
-                "router loop needs the model's chat template"
-            )
-        formatter = _llama_cpp().llama_chat_format.Jinja2ChatFormatter(
-            template=template, eos_token=self._token_text(llama.token_eos()),
-            bos_token=self._token_text(llama.token_bos()), add_generation_prompt=True)
-        return formatter(messages=messages).prompt
+        return self.generator.render(messages)
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        # special=True: the template writes its special tokens as text
-        return list(self.generator.llama.tokenize(self.render(messages).encode("utf-8"), add_bos=False,
-                                                  special=True))
+        return self.generator.prompt_ids(messages)
 
     def encode(self, text: str) -> list[int]:
-        return list(self.generator.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        return self.generator.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.generator.llama.detokenize(list(ids)).decode("utf-8", errors="replace")
+        return self.generator.decode(ids)
 
     def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
-        llama = self.generator.llama
         start = time.perf_counter()
-        eos = llama.token_eos()
-        if params.temperature > 0:
-            kwargs: dict[str, Any] = {"temp": params.temperature, "top_p": params.top_p, "top_k": 0,
-                                      "min_p": 0.0}
-        else:
-            kwargs = {"temp": 0.0, "top_k": 1}
-        new: list[int] = []
-        new_text = ""
         try:
-            llama.set_seed(params.seed)
-            stream = llama.generate(list(ids), reset=True, **kwargs)
-            for token in stream:
-                new.append(int(token))
-                new_text = self.decode(new)
-                if token == eos or len(new) >= params.max_new_tokens or any(s in new_text for s in params.stop):
-                    break
-            stream.close()
+            new, new_text, finish = self.generator.continue_ids(list(ids), params, keep_stop=True)
         except (RuntimeError, ValueError) as exc:
             return Continuation(text="", finish="error", error=f"{type(exc).__name__}: {exc}",
                                 latency_s=time.perf_counter() - start)
-        return Continuation(text=new_text, ids=new, n_tokens=len(new),
-                            finish=_finish(new_text, new, eos, params.stop),
+        return Continuation(text=new_text, ids=new, n_tokens=len(new), finish=finish,
                             latency_s=time.perf_counter() - start)
 
 

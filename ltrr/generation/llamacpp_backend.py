@@ -1,12 +1,24 @@
 """The ``llama_cpp`` generator backend: a GGUF file run by llama-cpp-python.
 
-About twenty times faster than ``transformers`` on CPU for the packaged SmolLM2 GGUF, but the
-package is built from source (``pip install 'ltrr[llamacpp]'``, several minutes; set
-``CMAKE_ARGS=-DGGML_NATIVE=OFF`` for a portable build), so it is optional.
+The embedded default runtime: 2-4 times faster than ``transformers`` on CPU for the same GGUF
+file and a sixth of its memory (``benchmarks/generation.py``). llama-cpp-python is built from
+source by ``make env`` (a C++ compiler and CMake are needed; ``CMAKE_ARGS=-DGGML_NATIVE=OFF``
+gives the portable build the shipped generations were made with).
+
+Determinism
+-----------
+llama.cpp reuses the KV cache of the longest prompt prefix it has already evaluated. Left to
+itself that makes an answer depend on the previous call: the reused prefix was computed in a
+batch of another shape, and quantised matrix products round differently in different batch
+shapes. Here the reused prefix is cut down to a multiple of ``n_batch`` tokens, so every prompt
+token is always evaluated in the same batch (the same tokens at the same positions), whatever
+came before. A call's output is a function of the prompt, the model file and the build alone;
+the constant few-shot prefix of a template is still evaluated only once.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -14,45 +26,96 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ltrr._errors import ConfigError
+from ltrr._errors import ConfigError, DataError
 from ltrr._registry import require
 from ltrr.generation.base import DecodingParams, Generation, Generator
-from ltrr.generation.transformers_backend import default_model_path, file_sha256
+from ltrr.generation.transformers_backend import file_sha256
 
-__all__ = ["LlamaCppGenerator"]
+__all__ = ["LlamaCppGenerator", "gguf_metadata"]
 
-_MODELS: dict[tuple[str, int, int, int, str | None], Any] = {}
+_MODELS: dict[tuple, Any] = {}
 _LOAD_LOCK = threading.Lock()
+_CALL_LOCK = threading.RLock()  # one llama.cpp context serves one call at a time
+_TURN_ENDS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "</s>")
+
+# GGUF general.file_type values (llama_ftype) of the quantisations ltrr ships or meets.
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+               10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+               16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+
+
+@atexit.register
+def _close_models() -> None:
+    # Closed before the interpreter tears down llama_cpp's module globals, which its __del__
+    # needs (otherwise every loaded model prints a TypeError at exit).
+    for llama in _MODELS.values():
+        llama.close()
+    _MODELS.clear()
 
 
 def _llama_cpp() -> Any:
     return require("llama_cpp", extra="llamacpp", purpose="the llama_cpp generator backend")
 
 
+def gguf_metadata(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[str, Any]:
+    """The values of ``keys`` in a GGUF file's header (absent keys are left out).
+
+    Read with the ``gguf`` package (memory-mapped; the tensors are not loaded).
+
+    Raises
+    ------
+    DataError
+        The file is not a readable GGUF file.
+    """
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path), "r")
+    except Exception as exc:  # the reader raises ValueError, struct.error, OSError...
+        raise DataError(f"{path} is not a readable GGUF file: {type(exc).__name__}: {exc}") from None
+    out: dict[str, Any] = {}
+    for key in keys:
+        field = reader.get_field(key)
+        if field is not None:
+            out[key] = field.contents()
+    return out
+
+
 class LlamaCppGenerator(Generator):
-    """Chat completions from a GGUF model through ``llama_cpp.Llama``.
+    """Chat completions, likelihoods and token continuations from a GGUF model (llama-cpp-python).
 
     Parameters
     ----------
     model : str or Path, optional
-        A ``.gguf`` file; None uses the packaged SmolLM2-135M-Instruct.
+        A ``.gguf`` file or a packaged model name (`ltrr.generation.models.packaged_models`);
+        None uses the embedded default, `ltrr.generation.models.DEFAULT_MODEL`.
     n_ctx : int
-        Context window allocated by llama.cpp (prompt + completion tokens).
+        Context window (prompt + completion tokens). A longer prompt is cut in its middle (the
+        template's head and the question at its tail are kept) and the cut is recorded in
+        ``Generation.extra["truncated_tokens"]``; it never fails the call.
     n_threads : int, optional
-        CPU threads; None uses the cores this process may run on.
+        CPU threads; None uses the cores this process may run on. Outputs do not depend on it.
+    n_batch : int
+        Prompt tokens evaluated per batch, and the grain of KV-cache reuse (module docstring).
     n_gpu_layers : int
         Layers offloaded to a GPU (0: CPU only; -1: all) when llama.cpp was built with one.
     chat_format : str, optional
-        llama.cpp chat format name; None uses the template stored in the GGUF file.
+        A llama.cpp chat format name for a model without a template; None uses the template
+        stored in the GGUF file, and a file without one is refused.
 
     Raises
     ------
     MissingDependencyError
-        When llama-cpp-python is not installed (``pip install 'ltrr[llamacpp]'``).
+        llama-cpp-python is not installed (``pip install 'ltrr[llamacpp]'``), or a packaged
+        model's packages are not.
+    ConfigError
+        The model is not a ``.gguf`` file, has no chat template, or a setting is out of range.
+    DataError
+        A packaged model's parts do not join to the pinned sha256.
 
     Examples
     --------
-    >>> gen = LlamaCppGenerator(n_ctx=2048)  # doctest: +SKIP
+    >>> gen = LlamaCppGenerator("smollm2-135m", n_ctx=2048)  # doctest: +SKIP
     >>> gen.generate(["What is the capital of Australia?"])[0].text  # doctest: +SKIP
     'The capital of Australia is Canberra.'
     """
@@ -67,31 +130,54 @@ class LlamaCppGenerator(Generator):
         *,
         n_ctx: int = 4096,
         n_threads: int | None = None,
+        n_batch: int = 64,
         n_gpu_layers: int = 0,
         chat_format: str | None = None,
     ):
+        from ltrr.generation.models import DEFAULT_MODEL, resolve_model
+
         self.model = model
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        self.n_batch = n_batch
         self.n_gpu_layers = n_gpu_layers
         self.chat_format = chat_format
         _llama_cpp()
-        if not isinstance(n_ctx, int) or n_ctx < 16:
-            raise ConfigError(f"llama_cpp n_ctx must be an integer >= 16, got {n_ctx!r}")
+        for name, value, low in (("n_ctx", n_ctx, 16), ("n_batch", n_batch, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"llama_cpp {name} must be an integer >= {low}, got {value!r}")
         if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
             raise ConfigError(f"llama_cpp n_threads must be a positive integer, got {n_threads!r}")
-        self._path = default_model_path() if model is None else Path(model).expanduser()
-        if not self._path.is_file() or self._path.suffix.lower() != ".gguf":
-            raise ConfigError(f"llama_cpp generator model {str(model)!r} is not a .gguf file")
+        path = resolve_model(DEFAULT_MODEL if model is None else model)
+        if path is None or not path.is_file() or path.suffix.lower() != ".gguf":
+            raise ConfigError(f"llama_cpp generator model {str(model)!r} is not a .gguf file or a "
+                              "packaged model name")
+        self._path = path
+        meta = gguf_metadata(path, ["tokenizer.chat_template", "general.file_type"])
+        self._template: str | None = meta.get("tokenizer.chat_template")
+        if not self._template and chat_format is None:
+            raise ConfigError(
+                f"llama_cpp model {path.name} has no chat template (tokenizer.chat_template): it "
+                "is a base model; give chat_format = NAME (a llama.cpp chat format) or a chat model"
+            )
+        file_type = meta.get("general.file_type")
+        self.quantisation = _FILE_TYPES.get(int(file_type), f"ftype{file_type}") if file_type is not None else "unknown"
         self._identity: str | None = None
 
     def __repr__(self) -> str:
         return f"LlamaCppGenerator(model={str(self._path)!r}, n_ctx={self.n_ctx})"
 
     @property
+    def model_path(self) -> Path:
+        return self._path
+
+    @property
     def identity(self) -> str:
+        """Runtime version, file name, the file's sha256 (16 hex digits) and its quantisation."""
         if self._identity is None:
-            self._identity = f"llama_cpp:{self._path.name}:{file_sha256(self._path)[:16]}"
+            version = getattr(_llama_cpp(), "__version__", "unknown")
+            self._identity = (f"llama_cpp-{version}:{self._path.name}:{file_sha256(self._path)[:16]}:"
+                              f"{self.quantisation}:b{self.n_batch}")
         return self._identity
 
     @property
@@ -106,74 +192,204 @@ class LlamaCppGenerator(Generator):
         except AttributeError:  # macOS and Windows have no affinity masks
             return os.cpu_count() or 1
 
-    @property
-    def llama(self) -> Any:
-        """The loaded ``llama_cpp.Llama`` (shared by generators of the process with equal settings)."""
-        key = (
-            str(self._path.resolve()),
-            self.n_ctx,
-            self._threads(),
-            self.n_gpu_layers,
-            self.chat_format,
-        )
+    def _load(self, logits_all: bool) -> Any:
+        key = (str(self._path.resolve()), self.n_ctx, self._threads(), self.n_batch, self.n_gpu_layers,
+               self.chat_format, logits_all)
         with _LOAD_LOCK:
             if key not in _MODELS:
-                llama_cpp = _llama_cpp()
-                _MODELS[key] = llama_cpp.Llama(
-                    model_path=str(self._path),
-                    n_ctx=self.n_ctx,
-                    n_threads=self._threads(),
-                    n_gpu_layers=self.n_gpu_layers,
-                    chat_format=self.chat_format,
-                    verbose=False,
-                )
+                _MODELS[key] = _llama_cpp().Llama(
+                    model_path=str(self._path), n_ctx=self.n_ctx, n_threads=self._threads(),
+                    n_threads_batch=self._threads(), n_batch=self.n_batch, n_ubatch=self.n_batch,
+                    n_gpu_layers=self.n_gpu_layers, chat_format=self.chat_format,
+                    logits_all=logits_all, verbose=False)
         return _MODELS[key]
 
+    @property
+    def llama(self) -> Any:
+        """The loaded ``llama_cpp.Llama`` for generation (shared within the process)."""
+        return self._load(False)
+
+    @property
+    def scorer(self) -> Any:
+        """A second ``llama_cpp.Llama`` with ``logits_all`` on, for the likelihood passes only."""
+        return self._load(True)
+
+    # ------------------------------------------------------------------ tokens
+
     def count_tokens(self, text: str) -> int:
-        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        return len(self.encode(text))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.llama.detokenize(list(ids)).decode("utf-8", errors="replace")
+
+    def _token_text(self, token: int) -> str:
+        return self.llama.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    def render(self, prompt: str | list[dict[str, str]]) -> str:
+        """The prompt in the model's own chat template, ending with the assistant's turn."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        chat = _llama_cpp().llama_chat_format
+        llama = self.llama
+        if self._template:
+            formatter = chat.Jinja2ChatFormatter(
+                template=self._template, eos_token=self._token_text(llama.token_eos()),
+                bos_token=self._token_text(llama.token_bos()), add_generation_prompt=True)
+        else:
+            formatter = getattr(chat, f"format_{self.chat_format}", None)
+            if formatter is None:
+                raise ConfigError(f"llama_cpp chat_format {self.chat_format!r} is not a llama.cpp chat "
+                                  "format (llama_cpp.llama_chat_format.format_NAME)")
+        return formatter(messages=messages).prompt
+
+    def prompt_ids(self, prompt: str | list[dict[str, str]]) -> list[int]:
+        """Token ids of the rendered prompt (the template writes its special tokens as text)."""
+        return list(self.llama.tokenize(self.render(prompt).encode("utf-8"), add_bos=False, special=True))
+
+    def count_prompt_tokens(self, prompt: str | list[dict[str, str]]) -> int:
+        return len(self.prompt_ids(prompt))
+
+    def fit(self, ids: list[int], room: int) -> tuple[list[int], int]:
+        """``ids`` cut in the middle to leave ``room`` tokens of context free; (ids, tokens cut)."""
+        limit = self.n_ctx - room
+        if limit < 2:
+            raise ConfigError(f"llama_cpp n_ctx {self.n_ctx} leaves no room for a prompt beside {room} tokens")
+        if len(ids) <= limit:
+            return ids, 0
+        head = limit // 4
+        cut = len(ids) - limit
+        return ids[:head] + ids[head + cut:], cut
+
+    # ------------------------------------------------------------------ decoding
+
+    def _align(self, llama: Any, ids: Sequence[int], limit: int) -> None:
+        """Keep the KV cache of the longest common prefix, cut down to a multiple of n_batch."""
+        cached = llama.input_ids[: llama.n_tokens]
+        common = 0
+        for a, b in zip(cached, ids[:limit], strict=False):
+            if a != b:
+                break
+            common += 1
+        llama.n_tokens = (common // self.n_batch) * self.n_batch
+
+    def continue_ids(self, ids: list[int], params: DecodingParams, *,
+                     keep_stop: bool = False) -> tuple[list[int], str, str]:
+        """Decode after the token ids ``ids``: (new ids, their text, finish reason).
+
+        Greedy when ``params.temperature`` is 0; otherwise top-p sampling seeded with
+        ``params.seed``. Stops at the end-of-generation token, ``max_new_tokens`` or a stop
+        string (the text is cut before it, or ends with it when ``keep_stop``: the router
+        loop's closing tags). The finish reason is ``eos``, ``stop`` or ``length``; an end-of-turn
+        token ends the ids (a policy in training learns to stop) but not the text.
+        """
+        llama = self.llama
+        eog = self._end_tokens(llama)
+        if params.temperature > 0:
+            kwargs: dict[str, Any] = {"temp": params.temperature, "top_p": params.top_p, "top_k": 0, "min_p": 0.0}
+        else:
+            kwargs = {"temp": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0}
+        new: list[int] = []
+        text, finish = "", "length"
+        with _CALL_LOCK:
+            self._align(llama, ids, len(ids) - 1)
+            llama.set_seed(params.seed)
+            stream = llama.generate(list(ids), reset=True, repeat_penalty=1.0, **kwargs)
+            try:
+                for token in stream:
+                    if token in eog:
+                        new.append(int(token))
+                        finish = "eos"
+                        break
+                    new.append(int(token))
+                    text = self.decode(new)
+                    cut = min((i for i in (text.find(s) for s in params.stop) if i >= 0), default=-1)
+                    if cut >= 0:
+                        finish = "stop"
+                        if not keep_stop:
+                            text = text[:cut]
+                        break
+                    if len(new) >= params.max_new_tokens:
+                        break
+            finally:
+                stream.close()
+        return new, text, finish
+
+    def _end_tokens(self, llama: Any) -> frozenset[int]:
+        # Chat models end a turn with a template token (Qwen's <|im_end|>) that need not be the
+        # file's eos id: any of these that is one special token of the vocabulary ends the answer.
+        if getattr(self, "_eog", None) is None:
+            ends = {int(llama.token_eos())}
+            for text in _TURN_ENDS:
+                ids = llama.tokenize(text.encode(), add_bos=False, special=True)
+                if len(ids) == 1:
+                    ends.add(int(ids[0]))
+            self._eog = frozenset(ends)
+        return self._eog
 
     def generate(
         self, prompts: Sequence[str | list[dict[str, str]]], params: DecodingParams | None = None
     ) -> list[Generation]:
         params = params or DecodingParams()
-        llm = self.llama
         out = []
         for prompt in prompts:
-            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-            kwargs: dict[str, Any] = {
-                "messages": messages,
-                "max_tokens": params.max_new_tokens,
-                "temperature": params.temperature,
-                "top_p": params.top_p,
-                "seed": params.seed,
-                "stop": list(params.stop) or None,
-            }
-            if params.temperature <= 0:
-                # top_k=1 makes greedy decoding explicit whatever llama.cpp's sampler defaults are.
-                kwargs["top_k"] = 1
-            if params.json_mode:
-                kwargs["response_format"] = {"type": "json_object"}
             start = time.perf_counter()
+            ids, cut = self.fit(self.prompt_ids(prompt), params.max_new_tokens)
             try:
-                response = llm.create_chat_completion(**kwargs)
+                new, text, finish = self.continue_ids(ids, params)
             except (RuntimeError, ValueError) as exc:
-                out.append(
-                    Generation(
-                        text="",
-                        latency_s=time.perf_counter() - start,
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
-                )
+                out.append(Generation(text="", prompt_tokens=len(ids), latency_s=time.perf_counter() - start,
+                                      error=f"{type(exc).__name__}: {exc}"))
                 continue
-            choice = response["choices"][0]
-            usage = response.get("usage") or {}
-            out.append(
-                Generation(
-                    text=choice["message"].get("content") or "",
-                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                    completion_tokens=int(usage.get("completion_tokens", 0)),
-                    latency_s=time.perf_counter() - start,
-                    extra={"finish_reason": choice.get("finish_reason")},
-                )
-            )
+            extra: dict[str, Any] = {"finish_reason": "length" if finish == "length" else "stop"}
+            if cut:
+                extra["truncated_tokens"] = cut
+            if params.json_mode:
+                extra["json_mode"] = "not enforced by the llama_cpp backend"
+            out.append(Generation(text=text, prompt_tokens=len(ids), completion_tokens=len(new),
+                                  latency_s=time.perf_counter() - start, extra=extra))
+        return out
+
+    def score(
+        self, prompts: Sequence[str | list[dict[str, str]]], continuations: Sequence[str]
+    ) -> list[Generation]:
+        """Teacher-forced log-probabilities of each continuation after its rendered prompt.
+
+        The likelihood passes run on a second context with ``logits_all`` on (llama.cpp keeps
+        only the last token's logits otherwise). A prompt too long for the context is cut in its
+        middle, as for `generate`, and the cut recorded.
+        """
+        import numpy as np
+
+        prompts, continuations = list(prompts), list(continuations)
+        if len(prompts) != len(continuations):
+            raise DataError(f"score: {len(prompts)} prompts but {len(continuations)} continuations")
+        llama = self.scorer
+        out = []
+        for prompt, continuation in zip(prompts, continuations, strict=True):
+            start = time.perf_counter()
+            cont = self.encode(continuation) if isinstance(continuation, str) else []
+            if not cont:
+                raise DataError(
+                    f"the gold answer {continuation!r} tokenises to nothing under {self._path.name}; "
+                    "its likelihood is undefined: remove or fix that alias")
+            if len(cont) > self.n_ctx // 2:
+                out.append(Generation(text="", latency_s=time.perf_counter() - start,
+                                      error=f"answer of {len(cont)} tokens exceeds half the context {self.n_ctx}"))
+                continue
+            ids, cut = self.fit(self.prompt_ids(prompt), len(cont))
+            full = ids + cont
+            with _CALL_LOCK:
+                self._align(llama, full, len(ids) - 1)
+                llama.eval(full[llama.n_tokens:])
+                logits = np.asarray(llama.scores[len(ids) - 1: len(full) - 1], dtype=np.float64)
+            top = logits.max(axis=1, keepdims=True)
+            logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+            tok = logits[np.arange(len(cont)), cont] - logz
+            extra: dict[str, Any] = {"token_logprobs": [float(x) for x in tok]}
+            if cut:
+                extra["truncated_tokens"] = cut
+            out.append(Generation(text="", prompt_tokens=len(ids), completion_tokens=len(cont),
+                                  latency_s=time.perf_counter() - start, extra=extra))
         return out
