@@ -47,6 +47,15 @@ def test_policy_router_fits_saves_and_ignores_arm_order(tmp_path, n_arms):
     pd.testing.assert_series_equal(other.choose(raw), chosen)
 
 
+def test_the_policy_seed_reaches_its_inner_ranker():
+    """policy/run.py passes the config router's get_params(), seed included; the policy's own
+    random_state (``ltrr policy eval --seed N``) must still seed the LTR router it trains."""
+    raw, labels = make(n_queries=40, n_arms=3)
+    pol = PolicyRouter(1.0, costs=_costs(raw.arms), ltr={**LTR, "random_state": 13}, policy_params=FAST,
+                       n_folds=2, random_state=7).fit(raw, labels)
+    assert pol.ltr_.random_state == 7 and pol.ltr == {**LTR, "random_state": 13}
+
+
 def test_policy_router_bad_input(tmp_path):
     raw, labels = make(n_queries=30, n_arms=3)
     costs = _costs(raw.arms)

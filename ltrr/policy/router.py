@@ -96,7 +96,9 @@ class PolicyRouter(Router):
     def _ltr(self):
         from ltrr.routers.ltr import LTRRouter
 
-        return LTRRouter(**{"random_state": self.random_state, **(self.ltr or {})})
+        # the policy's own seed wins: `ltr` is often another router's get_params(), which carries
+        # that router's seed (the config seed), and `ltrr policy eval --seed N` must reach it
+        return LTRRouter(**{**(self.ltr or {}), "random_state": self.random_state})
 
     def _cost_vector(self, arms: list[str]) -> np.ndarray:
         if not isinstance(self.costs, dict):
@@ -186,7 +188,7 @@ class PolicyRouter(Router):
 
     def _fit_head(self) -> PolicyRouter:
         X, Um, C, grp = self._train
-        params = {"random_state": self.random_state, **(self.policy_params or {})}
+        params = {**(self.policy_params or {}), "random_state": self.random_state}
         self.head_ = BudgetPolicy(budget=self.budget, trainer=self.trainer, **params).fit(X, Um, C, groups=grp)
         return self
 
