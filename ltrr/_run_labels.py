@@ -49,6 +49,8 @@ class ReplicateAndExport:
         sub = self.replicate_queries(queries)
         if only is not None:
             sub = sub[sub["qid"].astype(str).isin(only)].reset_index(drop=True)
+            if sub.empty:  # a shard or chunk of design queries only: nothing of the replicate
+                return {}
         self.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
         t0 = time.perf_counter()
         with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
