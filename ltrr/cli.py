@@ -304,11 +304,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     run = Run(load_config(args.config), log=_log)
     paths = run.stage_eval(force=args.force)
+    _print_tables(run)
     _print_results(run, paths)
     return 0
 
 
 def _print_results(run, paths) -> None:
+    """Where the full evaluation is: the tables and plots, not their cells."""
+    results = run.reports_dir / "results.json"
+    notes = json.loads(results.read_text()).get("notes", []) if results.exists() else []
+    for note in notes:
+        _out(f"note: {note}")
+    _out(f"\nfull tables (every router x split, Wilcoxon tests, headroom): {run.reports_dir / 'eval.md'}")
+    for k, v in sorted(paths.items()):
+        if k.startswith("plot_"):
+            _out(f"plot:   {v}")
+
+
+def _print_headline(run, *, force: bool = False) -> None:
+    """The main job's headline: the pre-registered protocol on the config's seed (chosen on the
+    design part, read once on the test part; `ltrr protocol` adds the other partition seeds)."""
+    from ltrr.eval.headline import protocol_summary
+
+    doc = _protocol_docs(run, [run.config.seed], force=force)[0]
+    _out(f"\nHeadline ({run.workdir / 'protocol' / f'seed-{run.config.seed}'}):")
+    _out(protocol_summary([doc]))
+
+
+def _print_tables(run) -> None:
+    """The evaluation's Table 1 and headroom table, every router x split (`ltrr eval`)."""
     import pandas as pd
 
     from ltrr._tables import markdown_table
@@ -323,25 +347,13 @@ def _print_results(run, paths) -> None:
     if (run.reports_dir / "headroom.csv").exists():
         _out("\nShare of the oracle headroom captured, (router - best single) / (oracle - best single):")
         _out(markdown_table(read("headroom.csv")))
-    results = run.reports_dir / "results.json"
-    notes = json.loads(results.read_text()).get("notes", []) if results.exists() else []
-    for note in notes:
-        _out(f"note: {note}")
-    _out(f"\nreport: {run.reports_dir / 'eval.md'}")
-    for k, v in sorted(paths.items()):
-        if k.startswith("plot_"):
-            _out(f"plot:   {v}")
 
 
-def cmd_protocol(args: argparse.Namespace) -> int:
-    from ltrr.config import load_config
-    from ltrr.eval.headline import protocol_summary, run_protocol
-    from ltrr.pipeline import Run
+def _protocol_docs(run, seeds, *, force: bool = False, n_jobs: int | None = None) -> list[dict]:
+    """`run_protocol` for each seed (the replicate, when labelled, on the first), as `ltrr protocol` does."""
+    from ltrr.eval.headline import run_protocol
 
-    cfg = load_config(args.config)
-    run = Run(cfg, log=_log)
-    p = cfg.protocol
-    seeds = [cfg.seed] + [int(s) for s in p["seeds"] if int(s) != cfg.seed]
+    p = run.config.protocol
     rep_path = run.labels_dir / "replicate.parquet"
     replicate = None
     if rep_path.exists():
@@ -353,9 +365,20 @@ def cmd_protocol(args: argparse.Namespace) -> int:
         _log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
         docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
                                  train_labels=p["train_labels"], feature_sets=p["feature_sets"] or None,
-                                 n_folds=p["n_folds"], routers=p["routers"], n_jobs=args.n_jobs or p["n_jobs"],
-                                 replicate=replicate if seed == cfg.seed else None, force=args.force))
-    _out(protocol_summary(docs))
+                                 n_folds=p["n_folds"], routers=p["routers"], n_jobs=n_jobs or p["n_jobs"],
+                                 replicate=replicate if seed == run.config.seed else None, force=force))
+    return docs
+
+
+def cmd_protocol(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.eval.headline import protocol_summary
+    from ltrr.pipeline import Run
+
+    cfg = load_config(args.config)
+    run = Run(cfg, log=_log)
+    seeds = [cfg.seed] + [int(s) for s in cfg.protocol["seeds"] if int(s) != cfg.seed]
+    _out(protocol_summary(_protocol_docs(run, seeds, force=args.force, n_jobs=args.n_jobs)))
     return 0
 
 
@@ -415,7 +438,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     run.stage_label(force=args.force, tolerate_failures=True if args.tolerate_failures else None)
     run.stage_features(force=args.force)
     paths = run.stage_eval(force=args.force)
-    _print_results(run, paths)
     model = run.stage_train(force=args.force)
     from ltrr.policy.run import stage_policy
 
@@ -426,6 +448,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _out("\nBudgeted routing policy (trained on the design part, measured on the test part):")
         _out(budgets_markdown(policy, run.config.policy["trainers"]))
     _print_route_hint(run, model)
+    _print_headline(run, force=args.force)
+    _print_results(run, paths)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
 

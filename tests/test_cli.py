@@ -154,10 +154,12 @@ def test_run_force_redoes_every_stage(env, monkeypatch):
     monkeypatch.setattr(pipeline.Run, "stage_train", record("train", env / "model"))
     monkeypatch.setattr("ltrr.cli._print_results", lambda run, paths: None)
     monkeypatch.setattr("ltrr.cli._print_route_hint", lambda run, model: None)
+    monkeypatch.setattr("ltrr.cli._print_headline", lambda run, force: seen.__setitem__("headline", force))
     assert main(["run", str(cfg), "--force"]) == 0
-    assert seen == {"run_all": True, "label": True, "features": True, "eval": True, "train": True}
+    assert seen == {"run_all": True, "label": True, "features": True, "eval": True, "train": True, "headline": True}
     assert main(["run", str(cfg)]) == 0
-    assert seen == {"run_all": False, "label": False, "features": False, "eval": False, "train": False}
+    assert seen == {"run_all": False, "label": False, "features": False, "eval": False, "train": False,
+                    "headline": False}
 
 
 def test_unknown_arm(env, capsys):

@@ -266,6 +266,7 @@ def run_protocol(
         "p_value": float(row["p_value"]), "improved": int(row["improved"]),
         "degraded": int(row["degraded"]), "equal": int(row["equal"]),
         "power": power, "mean_gain": float((r - b).mean()),
+        "router_cost": float(row["mean_cost"]), "best_single_cost": float(run.pool.costs[best]),
     }
     if replicate is not None:
         U_b = utility_matrix(replicate).reindex(index=test, columns=U.columns)
@@ -286,10 +287,15 @@ def run_protocol(
     return doc
 
 
+def _captured_text(cap: dict) -> str:
+    if not np.isfinite(float(cap["estimate"])):
+        return "captured n/a (no headroom: the best single arm is best on every test query)"
+    return f"captured {100 * cap['estimate']:.1f}% [{100 * cap['ci_low']:.1f}%, {100 * cap['ci_high']:.1f}%]"
+
+
 def protocol_summary(docs: Sequence[dict]) -> str:
     """The headline of the first seed, then the mean and sd over every partition seed."""
     h, pre = docs[0]["headline"], docs[0]["preregistration"]
-    cap = h["captured_raw"]
     lines = [
         f"Pre-registered (seed {pre['seed']}, design {pre['n_design']} / test {pre['n_test']} queries): "
         f"router {pre['router']}, best single arm {pre['best_single_arm']}; the test part can detect a mean "
@@ -297,14 +303,16 @@ def protocol_summary(docs: Sequence[dict]) -> str:
         "at the Wilcoxon test's worst efficiency).",
         f"Test: router {h['router_utility']:.4f} vs best single {h['best_single_utility']:.4f} "
         f"(gain {h['mean_gain']:+.4f}), oracle {h['oracle_utility']:.4f}, raw headroom {h['headroom_raw']:.4f}; "
-        f"captured {100 * cap['estimate']:.1f}% [{100 * cap['ci_low']:.1f}%, {100 * cap['ci_high']:.1f}%]; "
+        f"{_captured_text(h['captured_raw'])}; "
         f"Wilcoxon p = {h['p_value']:.3g}; improved {h['improved']}, degraded {h['degraded']}, equal {h['equal']}.",
     ]
+    if "router_cost" in h:
+        lines.append(f"Cost: the router's arms {h['router_cost']:.2f} per query against {h['best_single_cost']:.2f} "
+                     f"for {pre['best_single_arm']} (config cost units).")
     if "noise_corrected" in h:
         nc = h["noise_corrected"]
         lines.append(f"Noise-corrected headroom {nc['headroom_corrected']:.4f} (raw on the replicate "
-                     f"{nc['headroom_raw']:.4f}); captured {100 * nc['captured']['estimate']:.1f}% "
-                     f"[{100 * nc['captured']['ci_low']:.1f}%, {100 * nc['captured']['ci_high']:.1f}%].")
+                     f"{nc['headroom_raw']:.4f}); {_captured_text(nc['captured'])}.")
     if len(docs) > 1:
         gains = np.array([d["headline"]["mean_gain"] for d in docs])
         caps = np.array([d["headline"]["captured_raw"]["estimate"] for d in docs], dtype=float)
