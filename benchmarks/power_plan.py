@@ -1,0 +1,107 @@
+"""The prospective power analysis of a relabelled demo, on its design sample, before the rest is labelled.
+
+Reads the labels of the seeded design sample (`ltrr.eval.protocol.design_sample`, the first
+step of `benchmarks/relabel.py`) from the generation cache alone: the label stage runs in a
+scratch workdir with a backend that refuses every cache miss, so nothing is generated and the
+run's own workdir is not touched. From those labels: the best single arm, the oracle, the raw
+headroom, and the spread of per-query differences that the test part's paired test will see.
+
+The minimum detectable effect of a two-sided paired test with n test queries is
+``(z_{0.975} + z_{0.8}) * sd / sqrt(n)``. The goal is 30% of the noise-corrected headroom; the
+noise-corrected headroom needs the replicate, which only the test part has, so the plan takes
+the raw headroom of the sample times demo-signal's measured ratio of corrected to raw
+headroom. The router's differences are unknown before a router is chosen: ``sd`` is bracketed
+by demo-signal's design CV (0.24) and by sd(oracle - best single) on the sample.
+
+    python benchmarks/power_plan.py demo-qwen [--out benchmarks/results/protocol_demo_qwen/power_plan.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def sample_labels(config: str) -> tuple[pd.DataFrame, list[str], int]:
+    from ltrr.config import load_config, validate
+    from ltrr.eval.protocol import design_sample, design_test_partition
+    from ltrr.generation.base import Generation, Generator
+    from ltrr.generation.cache import CachedGenerator
+    from ltrr.pipeline import Run
+
+    cfg = load_config(config)
+    d = cfg.to_dict()
+    d["run"]["workdir"] = str(Path(d["run"]["workdir"]).with_name(Path(d["run"]["workdir"]).name + "-power"))
+    run = Run(validate(d, cfg.source), log=lambda m: None)
+    run.stage_retrieve()
+    q = run.dataset.queries
+    part = design_test_partition(q, design_size=cfg.protocol["design_size"], random_state=cfg.seed)
+    sample = design_sample(q, part, n=150, random_state=cfg.seed)
+    real = run.make_generator()
+
+    class CacheOnly(Generator):
+        backend, identity = real.generator.backend, real.generator.identity
+
+        def __getattr__(self, name):
+            return getattr(real.generator, name)
+
+        def generate(self, prompts, params=None):
+            return [Generation(text="", error="not in the cache") for _ in prompts]
+
+        def score(self, prompts, continuations):
+            return [Generation(text="", error="not in the cache") for _ in prompts]
+
+    run.stage_label(force=True, tolerate_failures=True, generator=CachedGenerator(CacheOnly(), real.cache))
+    labels = pd.read_parquet(run.labels_dir / "labels.parquet")
+    labels = labels[labels["qid"].isin(set(sample))]
+    return labels, sample, len(part.test)
+
+
+def plan(labels: pd.DataFrame, n_test: int, *, sd_cv_signal: float = 0.2419, nc_over_raw: float | None = None) -> dict:
+    from scipy.stats import norm
+
+    failed = labels.groupby("qid")["failed"].any()
+    ok = labels[labels["qid"].isin(failed[~failed].index)]
+    U = ok.pivot(index="qid", columns="arm", values="utility")
+    best = U.mean().idxmax()
+    oracle = U.max(axis=1)
+    z = float(norm.ppf(0.975) + norm.ppf(0.8))
+    d_ob = (oracle - U[best]).to_numpy()
+    raw = float(d_ob.mean())
+    corrected = raw * nc_over_raw if nc_over_raw is not None else float("nan")
+    goal = 0.3 * corrected
+    out = {"queries": int(U.shape[0]), "failed_queries": int(failed.sum()),
+           "arm_means": {a: round(float(U[a].mean()), 4) for a in U.columns},
+           "best_single_arm": best, "best_single": float(U[best].mean()), "oracle": float(oracle.mean()),
+           "headroom_raw": raw, "tie_rate": float((U.max(axis=1) == U.min(axis=1)).mean()),
+           "nc_over_raw_assumed": nc_over_raw, "headroom_corrected_planned": corrected, "goal_gain": goal,
+           "n_test": n_test}
+    for name, sd in (("sd_cv_demo_signal", sd_cv_signal), ("sd_oracle_minus_best", float(np.std(d_ob, ddof=1)))):
+        mde = z * sd / math.sqrt(n_test)
+        out[name] = {"sd": sd, "mde": mde, "detects_goal": bool(mde <= goal),
+                     "n_test_needed": int(math.ceil((z * sd / goal) ** 2)) if goal > 0 else None}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/protocol_demo_qwen/power_plan.json"))
+    a = ap.parse_args()
+    labels, sample, n_test = sample_labels(a.config)
+    signal = json.loads(Path("benchmarks/results/protocol_demo_signal/seed-13.json").read_text())
+    nc = signal["headline"]["noise_corrected"]
+    ratio = nc["headroom_corrected"] / signal["headline"]["headroom_raw"]
+    result = plan(labels, n_test, nc_over_raw=ratio)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
