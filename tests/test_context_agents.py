@@ -336,6 +336,11 @@ def test_context_run_cli_end_to_end(project, capsys):
     assert "ltrr train" in capsys.readouterr().err
     assert main(["run", str(cfg)]) == 0
     capsys.readouterr()
+    # `ltrr run` ran the protocol for its headline; without its preregistration the questions
+    # come from the partition `ltrr agent eval` uses (the branch with one is tested below)
+    import shutil
+
+    shutil.rmtree(root / "ag" / "protocol")
     assert main(["context", "run", str(cfg), "--questions", "6", "--rounds", "2"]) == 0
     out = capsys.readouterr().out
     assert "questions: the test part of the design/test partition (seed 7" in out
