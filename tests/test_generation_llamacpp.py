@@ -123,6 +123,8 @@ def test_identity_names_runtime_file_hash_and_quantisation(gen):
     assert ident.startswith(f"llama_cpp-{llama_cpp.__version__}:SmolLM2-135M-Instruct.Q4_1.gguf:b179c9523d0e6a0f:Q4_1")
     g2 = make_generator({"backend": "llama_cpp", "model": "smollm2-135m", "n_batch": 32})
     assert g2.identity != ident  # the batch grain changes the floating-point results
+    g3 = make_generator({"backend": "llama_cpp", "model": "smollm2-135m", "n_gpu_layers": -1})
+    assert g3.identity == ident + ":gpu-1"  # a GPU's answers are cached apart from the CPU's
 
 
 def test_a_prompt_longer_than_the_context_is_cut_and_recorded():

@@ -173,11 +173,14 @@ class LlamaCppGenerator(Generator):
 
     @property
     def identity(self) -> str:
-        """Runtime version, file name, the file's sha256 (16 hex digits) and its quantisation."""
+        """Runtime version, file name, the file's sha256 (16 hex digits), its quantisation, the
+        batch grain, and GPU offload when on: a GPU rounds differently from the CPU, so its
+        answers are cached apart from the CPU's."""
         if self._identity is None:
             version = getattr(_llama_cpp(), "__version__", "unknown")
+            gpu = f":gpu{self.n_gpu_layers}" if self.n_gpu_layers else ""
             self._identity = (f"llama_cpp-{version}:{self._path.name}:{file_sha256(self._path)[:16]}:"
-                              f"{self.quantisation}:b{self.n_batch}")
+                              f"{self.quantisation}:b{self.n_batch}{gpu}")
         return self._identity
 
     @property
