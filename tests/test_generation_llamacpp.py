@@ -244,3 +244,38 @@ def test_the_larger_packaged_models_answer_when_installed(name):
     out = gen.generate([RAG], DecodingParams(max_new_tokens=16))[0]
     assert out.ok and "Canberra" in out.text
     assert gen.identity.split(":")[2] == model.sha256[:16]
+
+
+# ------------------------------------------------------------------ the committed generations
+
+
+@pytest.mark.slow
+def test_a_sample_of_the_committed_generations_regenerates_identically():
+    """Three generations and three likelihoods of the committed demo-qwen checkpoint (a seeded
+    pick among its design-sample rows; `data/checkpoints/demo-qwen-regeneration-sample.jsonl`
+    holds their prompts and cache keys) made again with the backend: the same text and the
+    same log-probabilities, bit for bit."""
+    import json
+    from pathlib import Path
+
+    from ltrr.generation.cache import SCORE_PARAMS, GenerationCache, cache_key
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+
+    root = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+    model = packaged_models.get("qwen2.5-coder-0.5b")
+    if importlib.util.find_spec(model.packages[0][2]) is None:
+        pytest.skip(f"the generations were made by qwen2.5-coder-0.5b, not installed ({model.pip_command()})")
+    gen = LlamaCppGenerator("qwen2.5-coder-0.5b", n_ctx=2048)
+    sample = [json.loads(line) for line in (root / "demo-qwen-regeneration-sample.jsonl").read_text().splitlines()]
+    stored = GenerationCache(root / "demo-qwen-generations.sqlite").get_many([r["key"] for r in sample])
+    assert len(stored) == len(sample) == 6 and {r["kind"] for r in sample} == {"gen", "score"}
+    for r in sample:
+        if r["kind"] == "gen":
+            params = DecodingParams(**{**r["params"], "stop": tuple(r["params"]["stop"])})
+            assert cache_key(gen.backend, gen.identity, params, r["prompt"]) == r["key"]
+            assert gen.generate([r["prompt"]], params)[0].text == stored[r["key"]].text
+        else:
+            request = {"likelihood_of": r["continuation"], "prompt": r["prompt"]}
+            assert cache_key(gen.backend, gen.identity, SCORE_PARAMS, request) == r["key"]
+            got = gen.score([r["prompt"]], [r["continuation"]])[0].extra["token_logprobs"]
+            assert got == stored[r["key"]].extra["token_logprobs"]
