@@ -186,7 +186,7 @@ def parted(tmp_path, monkeypatch):
     importlib.invalidate_caches()
     model = PackagedModel(
         name="test-parted", packages=tuple((f"ltrrtestpart{i}", "1.0", f"ltrrtestpart{i}") for i in (1, 2, 3)),
-        file_name="parted.gguf", sha256=hashlib.sha256(b"".join(blobs)).hexdigest(), size=0,
+        file_name="parted.gguf", sha256=hashlib.sha256(b"".join(blobs)).hexdigest(),
         upstream="none", licence="none", quantisation="none", source="test")
     if "test-parted" not in packaged_models:
         packaged_models.register("test-parted", model)

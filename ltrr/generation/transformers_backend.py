@@ -72,18 +72,12 @@ def default_model_path() -> Path:
     return model_file("smollm2-135m")
 
 
-def _packaged(name: str) -> Path:
-    from ltrr.generation.models import model_file
-
-    return model_file(name)
-
-
 def _resolve(model: str | os.PathLike[str] | None) -> tuple[Path, str | None]:
     """(folder, gguf file name or None) for a model path, folder or cached hub id."""
-    from ltrr.generation.models import packaged_models
+    from ltrr.generation.models import model_file, packaged_models
 
     if model is None or (isinstance(model, str) and model in packaged_models):
-        path = default_model_path() if model is None else _packaged(model)
+        path = model_file("smollm2-135m" if model is None else model)
         return path.parent, path.name
     path = Path(model).expanduser()
     if path.is_file():
