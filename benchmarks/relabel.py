@@ -37,6 +37,8 @@ def main() -> None:
     i, n = (int(x) for x in a.shard.split("/"))
     cfg = load_config(a.config)
     run = Run(cfg)
+    run.stage_data()
+    run.stage_index()
     run.stage_retrieve()
     queries = run.dataset.queries
     pcfg = cfg.protocol

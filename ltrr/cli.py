@@ -37,7 +37,8 @@ def cmd_data_build(args: argparse.Namespace) -> int:
 
     folder = build_dataset(
         args.name, out=args.out, seed=args.seed, n_per_type=args.n_per_type,
-        n_noanswer=args.n_noanswer, n_multihop=args.n_multihop, force=args.force, log=_log,
+        n_noanswer=args.n_noanswer, n_multihop=args.n_multihop, grow_per_type=args.grow_per_type,
+        grow_noanswer=args.grow_noanswer, force=args.force, log=_log,
     )
     if args.no_datasheet:
         return 0
@@ -477,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--n-noanswer", type=int, default=200)
     b.add_argument("--n-multihop", type=int, default=300, help="two-hop bridge questions (at most; the corpus "
                    "gives fewer)")
+    b.add_argument("--grow-per-type", type=int, default=0, help="a second round: this many more of each "
+                   "generated type, from unused documents (the first round is unchanged)")
+    b.add_argument("--grow-noanswer", type=int, default=0, help="a second round: this many more noanswer questions")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.add_argument("--config", help="config whose pool measures the datasheet's recall (default: demo)")
     b.add_argument("--datasheet", help="also splice the datasheet into this Markdown file (e.g. data/README.md)")

@@ -36,6 +36,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "n_per_type": ((int,), 200),
         "n_noanswer": ((int,), 200),
         "n_multihop": ((int,), 300),
+        "grow_per_type": ((int,), 0),  # a second build round (ltrr.data.demo.generate_demo)
+        "grow_noanswer": ((int,), 0),
+        "builder": ((str,), ""),  # the builder of a dataset named otherwise; default: the name
         "exclude_qtypes": ((list,), []),  # query types the run leaves out (before max_queries)
         "max_queries": ((int,), 0),  # 0 = all; else a seeded, type-stratified sample
     },

@@ -135,13 +135,17 @@ class Run(ReplicateAndExport):
         from ltrr.data.build import BUILDERS, build_dataset
 
         ds = self.config.data["dataset"]
-        if ds in BUILDERS and not Path(ds).exists():
+        builder = self.config.data["builder"] or ds
+        if builder in BUILDERS and not Path(ds).exists():
             return build_dataset(
-                ds,
+                builder,
+                out=self.dataset_path,
                 seed=self.config.data["build_seed"],
                 n_per_type=self.config.data["n_per_type"],
                 n_noanswer=self.config.data["n_noanswer"],
                 n_multihop=self.config.data["n_multihop"],
+                grow_per_type=self.config.data["grow_per_type"],
+                grow_noanswer=self.config.data["grow_noanswer"],
                 force=force,
                 log=self.log,
             )

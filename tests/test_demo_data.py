@@ -7,6 +7,7 @@ import re
 import pandas as pd
 import pytest
 
+from ltrr._errors import ConfigError
 from ltrr.data.demo import DEMO_TYPES, generate_demo
 
 
@@ -95,3 +96,24 @@ def test_multihop_bridge_questions(demo):
         b = [d for d in gold[qid] if d != qid.removeprefix("mul-")][0]
         peers = set(qr.loc[qr["docid"] == b, "qid"]) - {qid}
         assert all(q.set_index("qid").loc[p, "group"] == group for p in peers)
+
+
+def test_a_second_round_appends_and_changes_nothing_of_the_first(demo):
+    grown = generate_demo(seed=13, grow_per_type=20, grow_noanswer=10)
+    q, q1 = grown["queries"], demo["queries"]
+    assert "build_round" not in q1.columns
+    first = q[q["build_round"] == 1].drop(columns="build_round").reset_index(drop=True)
+    pd.testing.assert_frame_equal(first, q1.reset_index(drop=True))
+    second = q[q["build_round"] == 2]
+    counts = second["qtype"].value_counts().to_dict()
+    assert counts == {"keyword": 20, "cloze": 20, "description": 20, "verbose": 20, "noanswer": 10}
+    # generated second-round queries use documents no first-round query uses, in groups of their own
+    qr = grown["qrels"]
+    first_docs = set(qr[qr["qid"].isin(q1["qid"])]["docid"])
+    gen2 = second[second["source"] == "generated"]
+    assert first_docs.isdisjoint(qr[qr["qid"].isin(gen2["qid"])]["docid"])
+    assert set(gen2["group"]).isdisjoint(set(q1["group"]))
+    pd.testing.assert_frame_equal(qr[qr["qid"].isin(q1["qid"])].reset_index(drop=True),
+                                  demo["qrels"].reset_index(drop=True))
+    with pytest.raises(ConfigError, match="grow_per_type must be a non-negative integer"):
+        generate_demo(seed=13, grow_per_type=-1)

@@ -96,3 +96,26 @@ def test_protocol_candidates_and_bad_router_specs():
         _candidates([], ["norm_gain"], None, "paper", [])
     with pytest.raises(ConfigError, match="unknown router 'nope'"):
         _candidates([], [], None, "paper", ["nope:a=1"])
+
+
+def test_growth_in_rounds_moves_no_earlier_query_between_parts():
+    q1 = _queries(60).assign(build_round=1)
+    before = design_test_partition(q1.drop(columns="build_round"), random_state=5)
+    assert design_test_partition(q1, random_state=5) == before  # one round: as it always was
+    extra = _queries(120).assign(build_round=2)
+    extra = extra[~extra["group"].isin(q1["group"])]  # new groups g60..g119
+    joined = pd.DataFrame([{"qid": "late", "qtype": "a", "group": "g0", "build_round": 2},
+                           {"qid": "late1", "qtype": "a", "group": "g1", "build_round": 2}])
+    grown = pd.concat([q1, extra, joined], ignore_index=True).sample(frac=1, random_state=0)
+    p = design_test_partition(grown, random_state=5)
+    assert set(p.test) & set(q1["qid"]) == set(before.test)
+    assert set(p.train) & set(q1["qid"]) == set(before.train)
+    # a later query of an earlier group goes where its group went
+    for qid, g in (("late", "g0q0"), ("late1", "g1q0")):
+        assert (qid in p.test) == (g in before.test)
+    group = grown.set_index("qid")["group"]
+    assert set(group[list(p.train)]).isdisjoint(set(group[list(p.test)]))
+    assert 0.65 <= p.n_train / len(grown) <= 0.75
+    # the design sample comes from the first round only, so growth keeps it
+    assert design_sample(grown, p, n=30, random_state=1) == [
+        x for x in grown["qid"] if x in set(design_sample(q1, before, n=30, random_state=1))]

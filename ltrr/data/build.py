@@ -35,6 +35,8 @@ def build_dataset(
     n_per_type: int = 200,
     n_noanswer: int = 200,
     n_multihop: int = 300,
+    grow_per_type: int = 0,
+    grow_noanswer: int = 0,
     force: bool = False,
     log=print,
 ) -> Path:
@@ -42,12 +44,16 @@ def build_dataset(
 
     The folder is written under a temporary name and renamed into place, so an interrupted
     build leaves nothing half-written. An existing build with the same parameters is kept.
+    ``grow_per_type`` and ``grow_noanswer`` add a second round of queries that leaves the
+    first unchanged (`ltrr.data.demo.generate_demo`).
     """
     if name not in BUILDERS:
         raise ConfigError(f"unknown dataset builder {name!r}; choose one of: {', '.join(BUILDERS)}")
     final = Path(out) if out else data_root() / "built" / name
     params = {"builder": name, "seed": seed, "n_per_type": n_per_type, "n_noanswer": n_noanswer,
               "n_multihop": n_multihop}
+    if grow_per_type or grow_noanswer:  # a one-round build keeps the record it always had
+        params.update(grow_per_type=grow_per_type, grow_noanswer=grow_noanswer)
     meta_path = final / "meta.json"
     if meta_path.exists() and not force:
         try:
@@ -61,7 +67,8 @@ def build_dataset(
 
     t0 = time.perf_counter()
     log(f"building dataset {name!r} (seed {seed}) ...")
-    tables = generate_demo(seed=seed, n_per_type=n_per_type, n_noanswer=n_noanswer, n_multihop=n_multihop)
+    tables = generate_demo(seed=seed, n_per_type=n_per_type, n_noanswer=n_noanswer, n_multihop=n_multihop,
+                           grow_per_type=grow_per_type, grow_noanswer=grow_noanswer)
     tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)

@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import MissingDependencyError
+from ltrr._errors import ConfigError, MissingDependencyError
 
 __all__ = ["load_wiki_corpus", "load_fanout", "generate_demo", "DEMO_TYPES", "slug"]
 
@@ -301,7 +301,8 @@ def _multihop(corpus: pd.DataFrame, used: set[str], rng: np.random.Generator, n:
 
 
 def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 200,
-                  n_multihop: int = 300) -> dict[str, pd.DataFrame]:
+                  n_multihop: int = 300, grow_per_type: int = 0,
+                  grow_noanswer: int = 0) -> dict[str, pd.DataFrame]:
     """Build the demo's corpus, queries and qrels, deterministically from ``seed``.
 
     Parameters
@@ -316,11 +317,22 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
     n_multihop : int
         Number of two-hop bridge questions (``multihop``), made last from their own seeded
         stream, so the other types are the same with any ``n_multihop``.
+    grow_per_type, grow_noanswer : int
+        A second round of queries appended to the first without changing it (growing a demo
+        keeps every label made on it): ``grow_per_type`` more of each generated type from the
+        documents that no first-round query (``multihop`` included) uses, drawn from their own
+        seeded stream, and ``grow_noanswer`` more unanswerable sub-questions, the next ones of
+        the first round's seeded order. When either is positive, ``queries`` gains a
+        ``build_round`` column (1 or 2), which `ltrr.eval.protocol.design_test_partition` reads
+        so that growth moves no first-round query between the design and test parts.
 
     Returns
     -------
     dict with ``corpus``, ``queries`` and ``qrels`` DataFrames.
     """
+    for name, val in (("grow_per_type", grow_per_type), ("grow_noanswer", grow_noanswer)):
+        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 0:
+            raise ConfigError(f"{name} must be a non-negative integer, got {val!r}")
     rng = np.random.default_rng(seed)
     corpus = load_wiki_corpus()
     by_title = dict(zip(corpus["title"], corpus["docid"], strict=True))
@@ -347,20 +359,24 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
             qid = f"fan-{sub['id']}"
             rows.append(dict(qid=qid, question=sub["question"], answers=aliases, qtype="fanout",
                              group=top, answer_type=atype, phrasing="natural", wording="distant",
-                             source="fanoutqa"))
+                             source="fanoutqa", build_round=1))
             qrels.append((qid, doc))
             uf.union(top, f"doc:{doc}")
         else:
             present = any(f" {_norm(a)} " in f" {blob} " for a in aliases if len(_norm(a)) > 0)
             if not present:
                 noanswer_pool.append((sub, aliases, atype, top))
-    pick = rng.permutation(len(noanswer_pool))[:n_noanswer]
-    for i in sorted(pick):
-        sub, aliases, atype, top = noanswer_pool[i]
-        rows.append(dict(qid=f"noa-{sub['id']}", question=sub["question"], answers=aliases,
-                         qtype="noanswer", group=top, answer_type=atype, phrasing="natural",
-                         wording="none", source="fanoutqa"))
-        uf.find(top)
+    noanswer_order = rng.permutation(len(noanswer_pool))
+
+    def add_noanswer(picks, build_round: int) -> None:
+        for i in sorted(picks):
+            sub, aliases, atype, top = noanswer_pool[i]
+            rows.append(dict(qid=f"noa-{sub['id']}", question=sub["question"], answers=aliases,
+                             qtype="noanswer", group=top, answer_type=atype, phrasing="natural",
+                             wording="none", source="fanoutqa", build_round=build_round))
+            uf.find(top)
+
+    add_noanswer(noanswer_order[:n_noanswer], 1)
 
     # --- generated types -------------------------------------------------------------------
     tokenised = [set(_norm(t).split()) for t in corpus["text"]]
@@ -377,78 +393,94 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
     upper_counts = Counter(w for w in mid if w[:1].isupper())
     made = Counter()
     used_docs: dict[str, set[str]] = {t: set() for t in ("keyword", "cloze", "description", "verbose")}
+    build_round = 1
 
     def add(qtype, doc, question, answers, atype, phrasing, wording):
         qid = f"{qtype[:3]}-{doc}"
         rows.append(dict(qid=qid, question=question, answers=answers, qtype=qtype,
                          group=f"doc:{doc}", answer_type=atype, phrasing=phrasing,
-                         wording=wording, source="generated"))
+                         wording=wording, source="generated", build_round=build_round))
         qrels.append((qid, doc))
         uf.find(f"doc:{doc}")
         made[qtype] += 1
         used_docs[qtype].add(doc)
 
-    for i in order:
-        row = corpus.iloc[int(i)]
-        doc, title, text, desc = row["docid"], row["title"], row["text"], row["description"]
-        title_words = set(_norm(title).split())
-        # keyword: the three rarest content words of the summary, title words excluded.
-        if made["keyword"] < n_per_type:
-            cands = sorted(
-                {w for w in _norm(text).split() if w not in _STOP and w not in title_words
-                 and len(w) > 2 and not w.isdigit() and df.get(w, 0) >= 2},
-                key=lambda w: (-idf(w), w),
-            )
-            if len(cands) >= 4:
-                words = cands[:3]
-                q = " ".join(words[j] for j in rng.permutation(3))
-                add("keyword", doc, q, _title_aliases(title), "entity", "query", "close")
+    def fill(target: int, rng: np.random.Generator, skip: set[str]) -> None:
+        """Generated queries over the documents in ``order`` until each type has ``target``."""
+        for i in order:
+            row = corpus.iloc[int(i)]
+            doc, title, text, desc = row["docid"], row["title"], row["text"], row["description"]
+            if doc in skip:
                 continue
-        # cloze: "in <year>" -> "in what year".
-        if made["cloze"] < n_per_type:
-            done = False
-            for s in _sentences(text):
-                years = re.findall(r"\b(1[0-9]{3}|20[0-2][0-9])\b", s)
-                m = re.search(r"\bin (1[0-9]{3}|20[0-2][0-9])\b", s)
-                if m and len(years) == 1 and 8 <= len(s.split()) <= 30:
-                    q = s[: m.start()] + "in what year" + s[m.end():]
-                    q = re.sub(r"^(It|He|She|They|This|The city|The country)\b", title, q)
-                    q = q.rstrip(" .") + "?"
-                    add("cloze", doc, q, [m.group(1)], "date", "natural", "close")
-                    done = True
-                    break
-            if done:
-                continue
-        # description: a natural question from the unique Wikidata short description.
-        if desc and desc_counts[desc.lower()] == 1 and len(desc.split()) >= 3:
-            who = "Who" if row["topic"] == "People" else "What"
-            first = desc.split()[0]
-            # Lower-case the first word only where the corpus writes it in lower case mid-sentence
-            # ("Capital city of ..." -> "capital"), keeping proper adjectives ("Indian ...").
-            if lower_counts[first.lower()] >= upper_counts[first]:
-                desc = first.lower() + desc[len(first):]
-            q = f"{who} is the {desc}?"
-            if made["description"] < n_per_type:
-                add("description", doc, q, _title_aliases(title), "entity", "natural", "distant")
-                continue
-            if made["verbose"] < n_per_type:
-                pre, post = _VERBOSE_FRAMES[int(rng.integers(len(_VERBOSE_FRAMES)))]
-                add("verbose", doc, f"{pre} {q} {post}", _title_aliases(title), "entity",
-                    "verbose", "distant")
-                continue
-        if all(made[t] >= n_per_type for t in used_docs):
-            break
+            title_words = set(_norm(title).split())
+            # keyword: the three rarest content words of the summary, title words excluded.
+            if made["keyword"] < target:
+                cands = sorted(
+                    {w for w in _norm(text).split() if w not in _STOP and w not in title_words
+                     and len(w) > 2 and not w.isdigit() and df.get(w, 0) >= 2},
+                    key=lambda w: (-idf(w), w),
+                )
+                if len(cands) >= 4:
+                    words = cands[:3]
+                    q = " ".join(words[j] for j in rng.permutation(3))
+                    add("keyword", doc, q, _title_aliases(title), "entity", "query", "close")
+                    continue
+            # cloze: "in <year>" -> "in what year".
+            if made["cloze"] < target:
+                done = False
+                for s in _sentences(text):
+                    years = re.findall(r"\b(1[0-9]{3}|20[0-2][0-9])\b", s)
+                    m = re.search(r"\bin (1[0-9]{3}|20[0-2][0-9])\b", s)
+                    if m and len(years) == 1 and 8 <= len(s.split()) <= 30:
+                        q = s[: m.start()] + "in what year" + s[m.end():]
+                        q = re.sub(r"^(It|He|She|They|This|The city|The country)\b", title, q)
+                        q = q.rstrip(" .") + "?"
+                        add("cloze", doc, q, [m.group(1)], "date", "natural", "close")
+                        done = True
+                        break
+                if done:
+                    continue
+            # description: a natural question from the unique Wikidata short description.
+            if desc and desc_counts[desc.lower()] == 1 and len(desc.split()) >= 3:
+                who = "Who" if row["topic"] == "People" else "What"
+                first = desc.split()[0]
+                # Lower-case the first word only where the corpus writes it in lower case mid-sentence
+                # ("Capital city of ..." -> "capital"), keeping proper adjectives ("Indian ...").
+                if lower_counts[first.lower()] >= upper_counts[first]:
+                    desc = first.lower() + desc[len(first):]
+                q = f"{who} is the {desc}?"
+                if made["description"] < target:
+                    add("description", doc, q, _title_aliases(title), "entity", "natural", "distant")
+                    continue
+                if made["verbose"] < target:
+                    pre, post = _VERBOSE_FRAMES[int(rng.integers(len(_VERBOSE_FRAMES)))]
+                    add("verbose", doc, f"{pre} {q} {post}", _title_aliases(title), "entity",
+                        "verbose", "distant")
+                    continue
+            if all(made[t] >= target for t in used_docs):
+                break
+
+    fill(n_per_type, rng, set())
 
     # multihop last, from its own stream: the other types do not depend on n_multihop
     mh_rng = np.random.default_rng([seed, 2])
     for m in _multihop(corpus, {d for _, d in qrels}, mh_rng, n_multihop):
         rows.append(dict(qid=m["qid"], question=m["question"], answers=m["answers"], qtype="multihop",
                          group=f"doc:{m['b']}", answer_type="date", phrasing="natural", wording="close",
-                         source="generated"))
+                         source="generated", build_round=1))
         qrels += [(m["qid"], m["a"]), (m["qid"], m["b"])]
         # no union: a belongs to no other query, so the question joins b's group as it is
 
+    # the second round: appended, from documents no first-round query uses, so no first-round
+    # query, qrel or group changes (a new document's group is its own)
+    if grow_per_type or grow_noanswer:
+        build_round = 2
+        add_noanswer(noanswer_order[n_noanswer:n_noanswer + grow_noanswer], 2)
+        fill(n_per_type + grow_per_type, np.random.default_rng([seed, 3]), {d for _, d in qrels})
+
     queries = pd.DataFrame(rows)
+    if not (grow_per_type or grow_noanswer):  # a one-round build has the table it always had
+        queries = queries.drop(columns="build_round")
     queries["group"] = [uf.find(g) for g in queries["group"]]
     queries = queries.sort_values("qid", kind="stable").reset_index(drop=True)
     qrels_df = pd.DataFrame(qrels, columns=["qid", "docid"]).assign(relevance=1)

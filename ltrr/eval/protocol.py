@@ -45,6 +45,11 @@ def design_test_partition(
     The split is `balanced_split` (grouped, stratified by query type) with test share
     ``1 - design_size``; it is named ``design-test``.
 
+    A dataset grown in rounds (a ``build_round`` column, as `ltrr.data.demo.generate_demo`
+    writes) is split round by round, so growth moves no earlier query between the parts: the
+    first round is split as it was alone; a later round's query whose group an earlier round
+    holds goes where that group went, and its new groups get their own `balanced_split`.
+
     Raises
     ------
     ConfigError
@@ -62,7 +67,7 @@ def design_test_partition(
     """
     if not isinstance(design_size, (int, float)) or not 0.0 < float(design_size) < 1.0:
         raise ConfigError(f"design_size must be in (0, 1), got {design_size!r}")
-    split = balanced_split(queries, test_size=1.0 - float(design_size), random_state=random_state)
+    split = _partition_by_round(queries, test_size=1.0 - float(design_size), random_state=random_state)
     qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str) if "qtype" in queries else None
     if qtype is not None:
         missing = sorted(set(qtype) - set(qtype.reindex(list(split.test))))
@@ -75,17 +80,39 @@ def design_test_partition(
     return Split(name="design-test", family="design-test", train=split.train, test=split.test)
 
 
+def _partition_by_round(queries: pd.DataFrame, *, test_size: float, random_state: int) -> Split:
+    """`balanced_split`, one build round at a time (see `design_test_partition`)."""
+    if "build_round" not in queries.columns or queries["build_round"].nunique() <= 1:
+        return balanced_split(queries, test_size=test_size, random_state=random_state)
+    qid = queries["qid"].astype(str).to_numpy()
+    group = (queries["group"] if "group" in queries.columns else queries["qid"]).astype(str).to_numpy()
+    rounds = queries["build_round"].to_numpy()
+    side: dict[str, bool] = {}  # group -> in the test part
+    for r in sorted(set(rounds.tolist())):
+        new = (rounds == r) & ~np.isin(group, list(side))
+        if new.any():
+            part = balanced_split(queries[new], test_size=test_size, random_state=random_state)
+            test = set(part.test)
+            side.update({g: q in test for q, g in zip(qid[new], group[new], strict=True)})
+    in_test = np.array([side[g] for g in group], dtype=bool)
+    return Split(name="balanced", family="balanced", train=tuple(qid[~in_test]), test=tuple(qid[in_test]))
+
+
 def design_sample(
     queries: pd.DataFrame, design: Split, *, n: int = 150, random_state: int = 0
 ) -> list[str]:
     """A fixed, seeded sample of about ``n`` design queries, the same number per query type.
 
     Types with fewer design queries than their share give all they have. The sample depends on
-    the query ids only, not on the table's row order; it is returned in the table's order.
+    the query ids only, not on the table's row order; it is returned in the table's order. A
+    dataset grown in rounds (``build_round``) samples its first round only, so growth keeps
+    the sample.
     """
     if not isinstance(n, (int, np.integer)) or n < 1:
         raise ConfigError(f"the design sample size must be a positive integer, got {n!r}")
     q = queries[queries["qid"].astype(str).isin(set(design.train))]
+    if "build_round" in q.columns and len(q):
+        q = q[q["build_round"] == q["build_round"].min()]
     types = sorted(q["qtype"].astype(str).unique())
     per = max(1, n // max(1, len(types)))
     rng = np.random.default_rng(random_state)
