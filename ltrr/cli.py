@@ -260,7 +260,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     if args.answer:
         packing = None
         if args.context_budget:
-            from ltrr.context.rag import PackSpec
+            from ltrr.packing import PackSpec
 
             packing = PackSpec.from_mapping({"budget": args.context_budget}, "--context-budget")
         out = router.answer(args.question, packing=packing)
@@ -287,7 +287,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     generator, template, packing = None, "short_answer", None
     if args.config:  # the run's generator, behind its generation cache, and its context packing
         from ltrr.config import load_config
-        from ltrr.context.rag import packing_from_config
+        from ltrr.packing import packing_from_config
         from ltrr.pipeline import Run
 
         run = Run(load_config(args.config), log=_log)

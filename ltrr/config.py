@@ -6,6 +6,12 @@ a missing required key raises `ConfigError` naming the key (``[arms][2].k``). Re
 resolved against the current working directory.
 
 ``load_config("demo")`` loads the default config shipped inside the package.
+
+This module sits near the ground floor of the import layers (see ``[importlinter]`` in
+setup.cfg): it imports only `ltrr._errors` and, to validate the ``[context]`` table, the specs
+that table's owner keeps in `ltrr.packing` (`PackSpec`, `LoopSpec`), which import nothing above
+the ground. Objects built from a config (the pool: `ltrr.retrieval.Pool.from_run_config`) are
+built by the packages above, never here.
 """
 
 from __future__ import annotations
@@ -54,17 +60,17 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "max_prompt_tokens": ((int,), 0),  # 0: the model's context minus max_new_tokens
         "prebuilt": ((str,), ""),  # a packaged prebuilt cache (ltrr/prebuilt/NAME-generations.jsonl.gz)
         # > 0: answers read the top routed arms' passages packed into this many tokens
-        # (ltrr.context.rag; route --answer and serving), settings in [context]
+        # (ltrr.packing.rag; route --answer and serving), settings in [context]
         "context_budget": ((int,), 0),
     },
-    # context packing (ltrr.context.rag.PackSpec) and the multi-agent loop
+    # context packing (ltrr.packing.PackSpec) and the multi-agent loop
     "context": {
         "top_m": ((int,), 2),  # arms whose passages are candidates, in routed order
         "depth": ((int,), 5),  # passages read per arm
         "selector": ((str,), "knapsack"),  # greedy, greedy-skip or knapsack
         "prior": ((float,), 0.3),  # weight of the routed order, prior / (arm rank * passage rank)
         "weights": ((dict,), {}),  # importance weights: keyword, stage, recency, similarity, decay
-        # the multi-agent loop (ltrr.context.agents.LoopSpec; `ltrr context run`)
+        # the multi-agent loop (ltrr.packing.LoopSpec; `ltrr context run`)
         "base_budget": ((int,), 512),  # B in B_i = B + offset_i, each agent's token budget
         "rounds": ((int,), 2),  # rounds of planner -> searcher -> answerer (1 to 3)
         "max_subquestions": ((int,), 3),  # the planner's sub-questions per round
@@ -274,15 +280,6 @@ class Config:
         keep = {k: d[k] for k in (sections or d.keys())}
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
-    def make_pool(self):
-        """Build the retriever pool this config declares (indexes are not built here)."""
-        from ltrr.retrieval import Pool
-
-        try:
-            return Pool.from_config(self.retrievers, self.arms, self.rerankers, seed=self.seed)
-        except ConfigError as exc:
-            raise ConfigError(f"{self.source}: {exc}") from None
-
 
 def validate(data: dict, source: str = "<dict>") -> Config:
     """Validate a config mapping and return a `Config` with defaults filled in."""
@@ -294,8 +291,9 @@ def validate(data: dict, source: str = "<dict>") -> Config:
         sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
         if sections["policy"]["enabled"] is None:
             sections["policy"]["enabled"] = "policy" in data
-        from ltrr.context.rag import pack_spec
-        from ltrr.context.strategies import LoopSpec  # light: no heavy import
+        # the [context] table's owner validates it: downward, packing imports only the ground
+        from ltrr.packing.rag import pack_spec
+        from ltrr.packing.strategies import LoopSpec
 
         pack_spec(sections["context"], sections["generation"]["context_budget"])
         LoopSpec.from_mapping(sections["context"], "[context]")

@@ -123,7 +123,9 @@ class Run(ReplicateAndExport):
     @property
     def pool(self):
         if self._pool is None:
-            self._pool = self.config.make_pool()
+            from ltrr.retrieval import Pool
+
+            self._pool = Pool.from_run_config(self.config)
             if any(a.is_packed for a in self._pool.arms):  # packed arms count the run generator's tokens
                 self._token_generator = self.make_generator(use_cache=False)
                 self._pool.count_tokens = self._token_generator.count_tokens

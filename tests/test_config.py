@@ -80,9 +80,11 @@ def test_invalid_toml_and_missing_file(tmp_path):
 
 
 def test_pool_level_errors_name_the_key(tmp_path):
+    from ltrr.retrieval import Pool
+
     cfg = load_config(_cfg(tmp_path, BASE.replace('type = "bm25"', 'type = "bm25"\nk3 = 1', 1)))
-    with pytest.raises(ConfigError, match=r"k3"):
-        cfg.make_pool()
+    with pytest.raises(ConfigError, match=r"c\.toml: .*k3"):
+        Pool.from_run_config(cfg)
 
 
 def test_fingerprint_tracks_sections(tmp_path):

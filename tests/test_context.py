@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ltrr._errors import ConfigError, DataError
-from ltrr.context import (
+from ltrr.context import Memory
+from ltrr.packing import (
     DEFAULT_ROLES,
-    Memory,
     MemoryItem,
     allocate_budget,
     greedy,
@@ -21,7 +21,7 @@ from ltrr.context import (
     knapsack,
     role_by_name,
 )
-from ltrr.context.select import select
+from ltrr.packing.select import select
 
 costs = st.lists(st.integers(0, 60), min_size=0, max_size=9)
 
@@ -107,7 +107,7 @@ def test_make_items_counts_tokens_and_embeds():
 def test_pack_passages_keeps_the_budget_routed_order_and_dedups():
     import pandas as pd
 
-    from ltrr.context import evidence_recall, pack_passages
+    from ltrr.packing import evidence_recall, pack_passages
 
     res = pd.DataFrame({"arm": ["bm25"] * 3 + ["dense"] * 3, "rank": [1, 2, 3] * 2,
                         "docid": ["a", "b", "c", "b", "d", "e"],

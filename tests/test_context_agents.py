@@ -18,11 +18,12 @@ import pytest
 import ltrr.context.agents as agents_mod
 from ltrr._errors import ConfigError, DataError
 from ltrr.config import validate
-from ltrr.context import DEFAULT_ROLES, ContextLoop, LoopSpec, Memory, RoutedSearch
+from ltrr.context import ContextLoop, Memory, RoutedSearch
 from ltrr.context.agents import STRATEGIES, parse_subquestions
 from ltrr.context.agents_eval import compare_strategies, score_answers, summarise
-from ltrr.context.strategies import strategies
 from ltrr.generation.base import Generation, Generator
+from ltrr.packing import DEFAULT_ROLES, LoopSpec
+from ltrr.packing.strategies import strategies
 
 
 class FakeLLM(Generator):
@@ -136,8 +137,7 @@ def test_budgeted_strategies_never_exceed_the_budget_and_full_context_reads_ever
 
 
 def test_static_slice_takes_the_top_kinds_most_recent_first():
-    from ltrr.context import MemoryItem
-    from ltrr.context.select import DEFAULT_ROLES
+    from ltrr.packing import DEFAULT_ROLES, MemoryItem
 
     items = [MemoryItem(f"m{i}", kind, f"t{i}", round=r, tokens=10)
              for i, (kind, r) in enumerate([("passage", 1), ("fact", 1), ("passage", 2), ("plan", 2), ("passage", 3)])]
@@ -178,7 +178,7 @@ def test_unknown_strategy_role_and_bad_settings_are_config_errors():
     base = {"run": {"name": "x"}, "data": {"dataset": "demo"}, "arms": [{"name": "none", "retriever": "none"}]}
     cfg = validate({**base, "generation": {"context_budget": 256}})
     assert cfg.context["rounds"] == 2 and cfg.context["strategies"] == list(STRATEGIES)
-    from ltrr.context.rag import packing_from_config
+    from ltrr.packing import packing_from_config
 
     assert packing_from_config(cfg.generation, cfg.context).budget == 256  # the loop's keys do not reach PackSpec
     assert LoopSpec.from_mapping(cfg.context).base_budget == 512

@@ -7,7 +7,7 @@ from _wiki import wiki_corpus, wiki_queries
 
 from ltrr._errors import ConfigError
 from ltrr.config import validate
-from ltrr.context.rag import PackSpec, packing_from_config
+from ltrr.packing import PackSpec, packing_from_config
 from ltrr.retrieval import Pool
 
 RETRIEVERS = {"bm25": {"type": "bm25", "backend": "bm25s"}, "dense": {"type": "dense", "encoder": "test-hash"}}
@@ -54,7 +54,7 @@ def test_packed_arm_packs_its_arms_within_the_budget(built):
 def test_zero_budget_packs_nothing(built):
     pool, queries = built
     spec = PackSpec(budget=0, depth=3)
-    from ltrr.context.rag import pack_query
+    from ltrr.packing import pack_query
 
     res = pack_query(pool, queries["question"].iloc[0], ["bm25", "dense+reg"], spec, _words)
     assert res.tokens == 0 and res.passages.empty and "longer than the budget" in res.empty_reason

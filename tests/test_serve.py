@@ -195,8 +195,8 @@ def test_serve_bad_model_folder(tmp_path, capsys):
 def test_packed_context_in_serving_and_route_answer(trained, capsys):
     """[generation] context_budget: serving and `LTRRouter.answer` read the top routed arms'
     passages packed into the budget (the reader counts ~1.3 tokens a word), never over it."""
-    from ltrr.context.rag import PackSpec
     from ltrr.generation import generators
+    from ltrr.packing import PackSpec
     from ltrr.routers.ltr import LTRRouter
     from ltrr.serve import RoutedRAG
 

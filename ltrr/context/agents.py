@@ -26,7 +26,7 @@ key. Embeddings come from the pool's embedding source (`PoolEmbedder`): the stor
 vectors, the encoder's query side for other text; without one, items carry none.
 
 What each call reads is chosen by a **strategy** (registry `strategies`; it and the settings,
-`LoopSpec`, live in `ltrr.context.strategies`) from the memory, within the agent's budget
+`LoopSpec`, live in `ltrr.packing.strategies`) from the memory, within the agent's budget
 ``B_i = base_budget + offset_i`` (`allocate_budget`):
 
 - ``full-context``: the whole memory, no budget.
@@ -66,9 +66,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ltrr._errors import ConfigError, LtrrError
-from ltrr.context.memory import Memory, MemoryItem
-from ltrr.context.select import Role, allocate_budget
-from ltrr.context.strategies import AGENTS, MAX_ROUNDS, STRATEGIES, LoopSpec, Strategy, strategies
+from ltrr.context.memory import Memory
+from ltrr.packing.items import MemoryItem
+from ltrr.packing.select import Role, allocate_budget
+from ltrr.packing.strategies import AGENTS, MAX_ROUNDS, STRATEGIES, LoopSpec, Strategy, strategies
 
 __all__ = ["AGENTS", "MAX_ROUNDS", "STRATEGIES", "Agent", "Answerer", "ContextLoop", "LoopSpec", "Planner", "PoolEmbedder",
            "QuestionResult", "RoutedSearch", "Searcher", "Strategy", "Turn", "parse_subquestions", "plan_messages",

@@ -46,7 +46,7 @@ import pandas as pd
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.context.agents import ContextLoop
-from ltrr.context.strategies import AGENTS, MAX_ROUNDS, LoopSpec, strategies
+from ltrr.packing.strategies import AGENTS, MAX_ROUNDS, LoopSpec, strategies
 
 __all__ = ["CLOSED_BOOK", "MARGIN", "agent_questions", "compare_strategies", "run_context_agents", "score_answers",
            "summarise"]

@@ -48,7 +48,7 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
 def _pack(args: argparse.Namespace, log, out) -> int:
     from ltrr.config import load_config
     from ltrr.context.evaluate import evaluate_packing
-    from ltrr.context.rag import pack_spec
+    from ltrr.packing import pack_spec
     from ltrr.pipeline import Run
 
     budgets = _budgets(args.budgets)

@@ -32,8 +32,8 @@ import pandas as pd
 
 from ltrr._errors import NotBuiltError
 from ltrr._log import progress_enabled
-from ltrr.context.pack import evidence_recall
-from ltrr.context.rag import PackSpec, pack_query, question_embeddings
+from ltrr.packing.pack import evidence_recall
+from ltrr.packing.rag import PackSpec, pack_query, question_embeddings
 
 __all__ = ["evaluate_packing", "routed_test_order", "ABLATION_BUDGETS", "SIGNALS"]
 

@@ -2,7 +2,8 @@
 
 A `MemoryItem` is one thing an LLM call may read: a passage, a fact, a plan, a tool result or
 an agent's message, with where it came from, the round it was written in, its length in the
-generator's own tokens and an embedding. `Memory` holds the items; it round-trips through YAML
+generator's own tokens and an embedding (`ltrr.packing.items`, below the memory, as the
+packing step reads items too). `Memory` holds the items; it round-trips through YAML
 (`Memory.to_yaml` / `Memory.from_yaml`) and is updated after each round by `Memory.update`:
 near-duplicates (by embedding cosine) are dropped, and a fact with the same ``key`` as an older
 one replaces it, the replacement logged in ``Memory.log``.
@@ -15,46 +16,15 @@ budget is then approximate: `Memory.token_source` records which it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ltrr._errors import DataError
+from ltrr.packing.items import KINDS, MemoryItem  # below the memory: packing reads items too
 
 __all__ = ["MemoryItem", "Memory", "KINDS"]
-
-KINDS = ("passage", "fact", "plan", "tool_result", "message")
-
-
-@dataclass
-class MemoryItem:
-    """One entry of the shared memory.
-
-    ``tokens`` is its length under the generator's tokenizer; ``key`` (facts) names what the fact
-    is about, so a newer value of the same key replaces an older one.
-    """
-
-    id: str
-    kind: str
-    text: str
-    source: str = ""
-    round: int = 0
-    tokens: int = 0
-    embedding: list[float] | None = None
-    key: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise DataError(f"memory item {self.id!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 0:
-            raise DataError(f"memory item {self.id!r}: tokens must be an integer >= 0, got {self.tokens!r}")
-        if not isinstance(self.round, int) or isinstance(self.round, bool) or self.round < 0:
-            raise DataError(f"memory item {self.id!r}: round must be an integer >= 0, got {self.round!r}")
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass

@@ -6,6 +6,8 @@
   split). Optional facets: ``answer_type``, ``phrasing``, ``wording``, ``source``.
 - corpus: ``docid`` (str, unique), ``title``, ``text``.
 - qrels: ``qid``, ``docid``, ``relevance`` (int > 0 for relevant).
+- pool results (`POOL_COLUMNS`): ``qid``, ``arm``, ``rank``, ``docid``, ``score``, ``text``; what
+  `ltrr.retrieval.Pool.search` returns and a packed arm (`ltrr.packing.pack_results`) writes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "QUERY_COLUMNS",
     "CORPUS_COLUMNS",
     "QREL_COLUMNS",
+    "POOL_COLUMNS",
     "validate_queries",
     "validate_corpus",
     "validate_qrels",
@@ -28,6 +31,7 @@ __all__ = [
 QUERY_COLUMNS = ("qid", "question", "answers", "qtype", "group")
 CORPUS_COLUMNS = ("docid", "title", "text")
 QREL_COLUMNS = ("qid", "docid", "relevance")
+POOL_COLUMNS = ["qid", "arm", "rank", "docid", "score", "text"]  # a list: it selects columns
 
 
 def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:

@@ -41,6 +41,7 @@ import pandas as pd
 import ltrr.retrieval.bm25  # noqa: F401
 import ltrr.retrieval.dense  # noqa: F401
 from ltrr._errors import ConfigError, NotBuiltError
+from ltrr.data.schema import POOL_COLUMNS
 from ltrr.retrieval.base import (
     Retriever,
     corpus_fingerprint,
@@ -56,9 +57,8 @@ from ltrr.retrieval.rerank import rerankers as reranker_registry
 
 __all__ = ["Arm", "Pool", "default_pool_config", "POOL_COLUMNS", "NO_RETRIEVAL"]
 
-POOL_COLUMNS = ["qid", "arm", "rank", "docid", "score", "text"]
 NO_RETRIEVAL = "none"
-PACKED = "packed"  # the retriever of a packed arm (ltrr.context.rag)
+PACKED = "packed"  # the retriever of a packed arm (ltrr.packing.rag)
 ARM_KEYS = ("name", "retriever", "reranker", "k", "depth", "cost", "pack")
 # config spellings that differ from constructor parameter names
 RETRIEVER_ALIASES = {"dense": {"index": "index_type"}}
@@ -83,7 +83,7 @@ class Arm:
     cost : float or None
         Relative cost of the arm; None means 1.0, or 0.0 for the no-retrieval arm.
     pack : dict or None
-        With ``retriever="packed"``: the `ltrr.context.rag.PackSpec` settings of a packed arm
+        With ``retriever="packed"``: the `ltrr.packing.PackSpec` settings of a packed arm
         (its ``arms`` in order, ``budget``, ``depth``, ...).
 
     Examples
@@ -223,10 +223,22 @@ class Pool:
         self.retrievers = dict(retrievers)
         self.rerankers = dict(rerankers or {})
         self.seed = seed
-        # tokens of a packed arm's passages: the run's generator sets it (ltrr.context.rag)
+        # tokens of a packed arm's passages: the run's generator sets it (ltrr.packing.rag)
         self.count_tokens: Any = None
 
     # ---- configuration -----------------------------------------------------------------
+    @classmethod
+    def from_run_config(cls, config: Any) -> Pool:
+        """The (unindexed) pool a run's `ltrr.config.Config` declares; an error names its file.
+
+        It lives here, not on `Config`, so that the config stays near the ground floor and
+        imports no retrieval code.
+        """
+        try:
+            return cls.from_config(config.retrievers, config.arms, config.rerankers, seed=config.seed)
+        except ConfigError as exc:
+            raise ConfigError(f"{config.source}: {exc}") from None
+
     @classmethod
     def from_config(
         cls,
@@ -393,7 +405,7 @@ class Pool:
 
     @staticmethod
     def _check_packed_arm(arm: Arm, arms: Sequence[Arm]) -> None:
-        from ltrr.context.rag import PackSpec
+        from ltrr.packing import PackSpec
 
         where = f"arm {arm.name!r}.pack"
         if arm.pack is None:
@@ -619,7 +631,7 @@ class Pool:
         return out.iloc[order][POOL_COLUMNS].reset_index(drop=True)
 
     def _packed_rows(self, queries: pd.DataFrame, arm: Arm) -> pd.DataFrame:
-        from ltrr.context.rag import PackSpec, pack_results
+        from ltrr.packing import PackSpec, pack_results
 
         count = self.count_tokens
         if count is None:  # the packaged default generator's tokenizer

@@ -231,7 +231,7 @@ class LTRRouter(Router):
     def answer(self, question: str, generator=None, *, template: str = "short_answer", packing=None) -> dict:
         """Route, then answer with the top arm's passages (closed-book for no retrieval).
 
-        With ``packing`` (a `ltrr.context.rag.PackSpec`), the answer reads the passages of the
+        With ``packing`` (a `ltrr.packing.PackSpec`), the answer reads the passages of the
         ``top_m`` best routed arms packed into ``packing.budget`` tokens instead; ``arm`` then
         names the arms read, and ``context_tokens`` the packed context's length.
         """

@@ -41,7 +41,7 @@ class RoutedRAG:
     template : str
         Prompt template of the answers.
     packing : PackSpec, optional
-        Context packing (``[generation] context_budget``, `ltrr.context.rag`): an answer reads the
+        Context packing (``[generation] context_budget``, `ltrr.packing`): an answer reads the
         top routed arms' passages packed into the budget instead of the top arm's.
     """
 

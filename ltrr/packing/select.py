@@ -1,0 +1,201 @@
+"""Roles, token budgets, importance scores and the selectors of context routing (RCR-Router).
+
+- `Role`: a name, keywords, priorities per task stage and per item kind, and a budget offset;
+  `DEFAULT_ROLES` are Planner, Searcher and Answerer.
+- `allocate_budget`: the paper's Eq. 4, ``B_i = base + offset_i`` (never below 0).
+- `importance`: ``alpha(m; role, stage) = w_kw * keyword relevance + w_stage * stage priority of
+  m's kind + w_recency * decay ** (rounds since m) + w_sim * cos(m, goal)``, each signal in
+  [0, 1], the weights from config (`ImportanceWeights`).
+- Selectors (`selectors`): ``greedy`` is the paper's Algorithm 1 (take items by importance
+  until the next one does not fit, then stop); ``greedy-skip`` skips an item that does not fit
+  and goes on; ``knapsack`` is the exact 0/1 knapsack by dynamic programming over token counts
+  (maximum total importance within the budget).
+
+A budget smaller than every item gives an empty selection, recorded as such by the caller; an
+item larger than the budget is never selected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ltrr._errors import ConfigError
+from ltrr._registry import Registry
+from ltrr.packing.items import MemoryItem
+
+__all__ = ["content_words", "Role", "DEFAULT_ROLES", "ImportanceWeights", "allocate_budget", "importance", "selectors",
+           "select", "greedy", "greedy_skip", "knapsack", "role_by_name", "STAGES"]
+
+STAGES = ("plan", "search", "answer")
+
+
+@dataclass(frozen=True)
+class Role:
+    """An agent role: what it looks for (keywords), what it values at each stage, its budget offset."""
+
+    name: str
+    keywords: tuple[str, ...] = ()
+    # stage -> kind -> priority in [0, 1]
+    priorities: dict = field(default_factory=dict)
+    budget_offset: int = 0
+
+    def priority(self, stage: str, kind: str) -> float:
+        return float(self.priorities.get(stage, {}).get(kind, 0.0))
+
+
+DEFAULT_ROLES = {
+    "planner": Role("planner", ("question", "sub-question", "plan", "step", "first", "then"),
+                    {"plan": {"plan": 1.0, "message": 0.6, "fact": 0.4, "passage": 0.2, "tool_result": 0.2},
+                     "search": {"plan": 0.8, "fact": 0.5, "message": 0.4, "passage": 0.2, "tool_result": 0.3},
+                     "answer": {"plan": 0.4, "fact": 0.6, "message": 0.3, "passage": 0.2, "tool_result": 0.2}},
+                    budget_offset=-128),
+    "searcher": Role("searcher", ("who", "what", "when", "where", "which", "find"),
+                     {"plan": {"plan": 0.6, "passage": 0.6, "fact": 0.5, "message": 0.2, "tool_result": 0.5},
+                      "search": {"passage": 1.0, "tool_result": 0.9, "plan": 0.6, "fact": 0.5, "message": 0.2},
+                      "answer": {"passage": 0.8, "fact": 0.7, "tool_result": 0.7, "plan": 0.3, "message": 0.2}},
+                     budget_offset=0),
+    "answerer": Role("answerer", ("answer", "therefore", "is", "was"),
+                     {"plan": {"fact": 0.7, "passage": 0.6, "plan": 0.4, "message": 0.3, "tool_result": 0.5},
+                      "search": {"fact": 0.8, "passage": 0.7, "tool_result": 0.6, "plan": 0.3, "message": 0.3},
+                      "answer": {"fact": 1.0, "passage": 0.8, "tool_result": 0.7, "message": 0.4, "plan": 0.3}},
+                     budget_offset=128),
+}
+
+
+def role_by_name(name: str, roles: dict | None = None) -> Role:
+    roles = roles or DEFAULT_ROLES
+    key = name.lower()
+    if key not in roles:
+        raise ConfigError(f"unknown role {name!r}; roles: {', '.join(sorted(roles))}")
+    return roles[key]
+
+
+@dataclass(frozen=True)
+class ImportanceWeights:
+    """Weights of the importance signals, and the recency decay per round."""
+
+    keyword: float = 0.25
+    stage: float = 0.25
+    recency: float = 0.15
+    similarity: float = 0.35
+    decay: float = 0.7
+
+
+def allocate_budget(base: int, role: Role) -> int:
+    """``B_i = base + offset_i`` (Eq. 4), at least 0."""
+    if not isinstance(base, int) or isinstance(base, bool) or base < 0:
+        raise ConfigError(f"the base token budget must be an integer >= 0, got {base!r}")
+    return max(0, int(base) + int(role.budget_offset))
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(".,;:!?()\"'").lower() for w in text.split() if w.strip(".,;:!?()\"'")}
+
+
+_STOP = frozenset("a an the of in on at to for and or is was are were be by with from as that this "
+                  "which who whom whose what when where why how did does do it its".split())
+
+
+def content_words(text: str) -> set[str]:
+    """The words of ``text`` that carry content (lower-cased, stop words dropped)."""
+    return {w for w in _words(text) if w not in _STOP and len(w) > 1}
+
+
+def importance(items: Sequence[MemoryItem], role: Role, stage: str, *, round: int,
+               goal_embedding: Sequence[float] | None = None,
+               weights: ImportanceWeights = ImportanceWeights()) -> np.ndarray:
+    """alpha(m; role, stage) of each item (see the module docstring), in [0, sum of weights]."""
+    if stage not in STAGES:
+        raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    kw = set(k.lower() for k in role.keywords)
+    g = None if goal_embedding is None else np.asarray(goal_embedding, dtype=np.float64)
+    out = np.zeros(len(items))
+    for i, m in enumerate(items):
+        words = _words(m.text)
+        kw_rel = len(words & kw) / len(kw) if kw else 0.0
+        stage_p = role.priority(stage, m.kind)
+        rec = weights.decay ** max(0, round - m.round)
+        sim = 0.0
+        if g is not None and m.embedding is not None and len(m.embedding) == len(g):
+            v = np.asarray(m.embedding, dtype=np.float64)
+            den = float(np.linalg.norm(v) * np.linalg.norm(g))
+            sim = max(0.0, float(v @ g) / den) if den > 0 else 0.0
+        out[i] = (weights.keyword * kw_rel + weights.stage * stage_p + weights.recency * rec
+                  + weights.similarity * sim)
+    return out
+
+
+selectors: Registry = Registry("selector")
+
+
+def _order(scores: np.ndarray) -> np.ndarray:
+    return np.lexsort((np.arange(len(scores)), -np.asarray(scores, dtype=np.float64)))
+
+
+@selectors.register("greedy")
+def greedy(tokens: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
+    """Algorithm 1: by decreasing importance, take items until the next one does not fit."""
+    chosen, used = [], 0
+    for i in _order(np.asarray(scores)):
+        if used + tokens[i] > budget:
+            break
+        chosen.append(int(i))
+        used += tokens[i]
+    return sorted(chosen)
+
+
+@selectors.register("greedy-skip")
+def greedy_skip(tokens: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
+    """Like `greedy`, but an item that does not fit is skipped and the next ones are tried."""
+    chosen, used = [], 0
+    for i in _order(np.asarray(scores)):
+        if used + tokens[i] <= budget:
+            chosen.append(int(i))
+            used += tokens[i]
+    return sorted(chosen)
+
+
+@selectors.register("knapsack")
+def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
+    """Exact 0/1 knapsack by dynamic programming over token counts: O(n * budget) time.
+
+    Maximises the total importance of the chosen items with total tokens <= ``budget``; among
+    equal totals it keeps the earlier items (deterministic).
+    """
+    n = len(tokens)
+    w = [int(t) for t in tokens]
+    v = np.asarray(scores, dtype=np.float64)
+    budget = int(budget)
+    best = np.zeros(budget + 1)
+    take = np.zeros((n, budget + 1), dtype=bool)
+    for i in range(n - 1, -1, -1):  # backwards, so ties resolve towards earlier items
+        if w[i] > budget:
+            continue
+        cand = best[: budget + 1 - w[i]] + v[i]
+        better = cand > best[w[i]:] + 1e-12
+        take[i, w[i]:] = better
+        best[w[i]:] = np.where(better, cand, best[w[i]:])
+    chosen, cap = [], budget
+    for i in range(n):
+        if take[i, cap]:
+            chosen.append(i)
+            cap -= w[i]
+    return chosen
+
+
+def select(items: Sequence[MemoryItem], scores: Sequence[float], budget: int, selector: str = "knapsack") -> list[MemoryItem]:
+    """The items a call reads: ``selector`` over token counts and importance, in memory order."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        raise ConfigError(f"the token budget must be an integer >= 0, got {budget!r}")
+    if len(scores) != len(items):
+        raise ConfigError(f"{len(items)} items but {len(scores)} scores")
+    if any(not math.isfinite(float(s)) for s in scores):
+        raise ConfigError("importance scores must be finite")
+    fn = selectors.get(selector)
+    return [items[i] for i in fn([it.tokens for it in items], list(scores), budget)]
+
+
