@@ -37,7 +37,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "workdir": ((str,), None),  # default: runs/<name>
     },
     "data": {
-        "dataset": ((str,), ConfigError),  # a built dataset name ("demo") or a folder
+        "dataset": ((str,), ConfigError),  # a built dataset name ("demo"), a folder or "irds:<id>"
         "build_seed": ((int,), 13),
         "n_per_type": ((int,), 200),
         "n_noanswer": ((int,), 200),
@@ -47,6 +47,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "builder": ((str,), ""),  # the builder of a dataset named otherwise; default: the name
         "exclude_qtypes": ((list,), []),  # query types the run leaves out (before max_queries)
         "max_queries": ((int,), 0),  # 0 = all; else a seeded, type-stratified sample
+        "answers": ((str,), ""),  # a qid -> answers table for a dataset without them (irds:<id>)
     },
     # Keys of [generation] other than these go to the backend (ltrr.generation.make_generator),
     # which validates them and names an unknown one.
@@ -126,6 +127,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "correction": ((str,), "bonferroni"),
         "metric": ((str,), ""),
         "k": ((int,), 3),
+        # ir_measures strings of the retrieval tables; [] = nDCG@10, R@k at the arms' k, RR, P@1
+        "retrieval_measures": ((list,), []),
     },
     # the pre-registered design/test protocol (`ltrr protocol`, ltrr.eval.headline)
     "protocol": {

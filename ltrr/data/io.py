@@ -149,9 +149,18 @@ def load_corpus(path: str | Path) -> pd.DataFrame:
 
 
 def load_qrels(path: str | Path) -> pd.DataFrame:
-    """Load qrels from ``.parquet``/``.jsonl`` or a BEIR/TREC-style ``.tsv``."""
+    """Load qrels from ``.parquet``/``.jsonl``, a BEIR ``.tsv`` or a TREC qrels file.
+
+    A TREC qrels file (``qid iteration docno relevance``, no header) is recognised by its
+    suffix (``.qrels``, ``.trec``, ``.txt``) or, for ``.tsv``, by a first line of four fields
+    with no BEIR header.
+    """
+    from ltrr.data.trec import looks_like_trec_qrels, read_trec_qrels
+
     path = Path(path)
-    if path.suffix == ".tsv":
+    if path.suffix in (".qrels", ".trec", ".txt") or (path.suffix == ".tsv" and looks_like_trec_qrels(path)):
+        df = read_trec_qrels(path)
+    elif path.suffix == ".tsv":
         try:
             df = pd.read_csv(path, sep="\t", dtype=str, encoding="utf-8-sig")
         except Exception as exc:
@@ -211,14 +220,20 @@ def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> 
         raise DataError(f"{folder}: needs queries.(parquet|jsonl) and corpus.(parquet|jsonl)")
     qrels = None
     qr = _first(folder, ("qrels",))
+    if qr is None:
+        qr = next((folder / f"qrels{ext}" for ext in (".trec", ".qrels", ".txt") if (folder / f"qrels{ext}").is_file()), None)
     if qr is None and (folder / "qrels").is_dir():
         tsvs = sorted((folder / "qrels").glob("*.tsv"))
         qr = next((t for t in tsvs if t.stem == "test"), tsvs[0] if tsvs else None)
+    queries = load_queries(q, require_answers=require_answers)
     if qr is not None:
+        from ltrr.data.trec import check_qrels_match
+
         qrels = load_qrels(qr)
+        check_qrels_match(qrels, queries, str(qr))
     return Dataset(
         name=folder.name,
-        queries=load_queries(q, require_answers=require_answers),
+        queries=queries,
         corpus=load_corpus(c),
         qrels=qrels,
         path=folder,

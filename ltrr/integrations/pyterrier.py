@@ -1,0 +1,199 @@
+"""ltrr routing inside PyTerrier: `LTRRouterTransformer`, and ltrr's arms as transformers.
+
+Needs the ``pyterrier`` extra (``pip install 'ltrr[pyterrier]'``); nothing in ltrr imports
+this module, so ltrr runs without PyTerrier. PyTerrier's own Terrier indexes need Java; this
+module does not (ltrr's arms are Python).
+
+A PyTerrier pipeline passes a Q frame (``qid, query``) to a transformer, which returns an R
+frame (``qid, query, docno, score, rank`` with ``rank`` from 0). `LTRRouterTransformer`
+routes each query with a trained LTR router (``ltrr train``), sends it to the transformer of
+the arm the router chose, and returns that arm's R frame with the chosen ``arm`` and the
+router's ``router_score`` as columns. It composes with ``>>`` like any transformer, and works
+in ``pt.Experiment``.
+
+Examples
+--------
+>>> import pyterrier as pt  # doctest: +SKIP
+>>> from ltrr.integrations.pyterrier import LTRRouterTransformer, arms
+>>> routed = LTRRouterTransformer("runs/demo/models/lambdamart-listwise")  # ltrr's own arms
+>>> bm25, dense = routed.arms["bm25"], routed.arms["dense"]  # doctest: +SKIP
+>>> pt.Experiment([bm25, dense, routed], topics, qrels, ["nDCG@10", "RR"], baseline=0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ltrr._errors import ConfigError, DataError, MissingDependencyError
+
+try:
+    import pyterrier as pt
+except ImportError:  # the module is only imported by users who want PyTerrier
+    raise MissingDependencyError("ltrr.integrations.pyterrier needs PyTerrier: pip install 'ltrr[pyterrier]'") from None
+
+__all__ = ["ArmTransformer", "LTRRouterTransformer", "arms"]
+
+R_COLUMNS = ["qid", "query", "docno", "score", "rank", "text"]
+
+
+def _check_q_frame(topics: Any, who: str) -> pd.DataFrame:
+    if not isinstance(topics, pd.DataFrame):
+        raise DataError(f"{who} takes a PyTerrier Q frame (a DataFrame with qid and query), got {type(topics).__name__}")
+    missing = [c for c in ("qid", "query") if c not in topics.columns]
+    if missing:
+        raise DataError(f"{who}: the input frame lacks column(s) {', '.join(missing)} "
+                        f"(it has {', '.join(map(str, topics.columns)) or 'none'})")
+    return topics
+
+
+def _empty_r(extra: list[str] = ()) -> pd.DataFrame:
+    cols = {"qid": object, "query": object, "docno": object, "score": np.float64, "rank": np.int64, "text": object}
+    cols.update({c: object for c in extra})
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+
+
+class ArmTransformer(pt.Transformer):
+    """One arm of a loaded ltrr `ltrr.retrieval.Pool`, as a PyTerrier retriever.
+
+    The R frame's ``score`` orders the arm's ranking as ltrr ranked it
+    (`ltrr.data.trec.ordering_scores`: the arm's own score, or ``1/rank`` for an arm whose
+    scores do not order it, such as a sampled reranking). The no-retrieval arm returns no rows.
+
+    Parameters
+    ----------
+    pool : Pool
+        A pool with its indexes loaded (``pool.load(index_dir)``).
+    arm : str
+        The arm's name.
+    """
+
+    def __init__(self, pool: Any, arm: str):
+        self.pool = pool
+        self.arm = arm
+
+    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
+        from ltrr.data.trec import ordering_scores
+
+        topics = _check_q_frame(topics, f"arm {self.arm!r}")
+        if topics.empty:
+            return _empty_r()
+        queries = pd.DataFrame({"qid": topics["qid"].astype(str).to_numpy(), "question": topics["query"].to_numpy()})
+        res = self.pool.search(queries, [self.arm])
+        if res.empty:
+            return _empty_r()
+        out = pd.DataFrame({"qid": res["qid"].to_numpy(), "docno": res["docid"].astype(str).to_numpy(),
+                            "score": ordering_scores(res).to_numpy(), "rank": res["rank"].to_numpy() - 1,
+                            "text": res["text"].to_numpy()})
+        out["query"] = out["qid"].map(dict(zip(queries["qid"], queries["question"], strict=True)))
+        return out[R_COLUMNS]
+
+    def __repr__(self) -> str:
+        return f"ArmTransformer({self.arm!r})"
+
+
+def arms(pool: Any) -> dict[str, ArmTransformer]:
+    """Every arm of a loaded pool as an `ArmTransformer`, by arm name, in pool order."""
+    return {name: ArmTransformer(pool, name) for name in pool.arm_names}
+
+
+_pool_arms = arms  # LTRRouterTransformer's ``arms`` parameter shadows the function
+
+
+class LTRRouterTransformer(pt.Transformer):
+    """A trained LTR router as a PyTerrier transformer: each query gets its chosen arm's R frame.
+
+    Parameters
+    ----------
+    router : str, Path or LTRRouter
+        A trained router folder (``ltrr train``: ``router.json``) or a fitted router with its
+        pool config and index folder.
+    arms : mapping of str to pt.Transformer, optional
+        The transformer of each arm the router can choose, by the router's arm names (any
+        PyTerrier retriever, e.g. a Terrier BM25 for ltrr's ``bm25`` arm). A no-retrieval arm
+        may be left out: a query routed to it gets no rows. Default: ltrr's own arms
+        (`arms` of the router's pool).
+
+    Attributes
+    ----------
+    arms : dict
+        The transformer of each arm.
+
+    Raises
+    ------
+    ConfigError
+        When ``arms`` lacks a retrieval arm the router can choose, or names an arm it cannot.
+
+    Notes
+    -----
+    The mapping is checked here, not at the first query as scikit-learn would, because a
+    PyTerrier pipeline is assembled once and run on many topic sets: a pipeline that cannot
+    route should fail where it is built.
+    """
+
+    def __init__(self, router: Any, arms: Mapping[str, Any] | None = None):
+        from ltrr.routers.ltr import LTRRouter
+
+        self.router = LTRRouter.load(router) if isinstance(router, (str, Path)) else router
+        self._pipeline = None
+        if arms is None:
+            arms = _pool_arms(self._routed().pool)
+        if not isinstance(arms, Mapping):
+            raise ConfigError(f"arms is a mapping of arm name to PyTerrier transformer, got {type(arms).__name__}")
+        choosable = list(self.router.arms_)
+        optional = set(self.router.no_retrieval_)
+        missing = [a for a in choosable if a not in arms and a not in optional]
+        unknown = [a for a in arms if a not in choosable]
+        if missing or unknown:
+            raise ConfigError(
+                "the arm mapping of LTRRouterTransformer must give a transformer for every arm the router can "
+                f"choose ({', '.join(choosable)}; a no-retrieval arm may be left out): "
+                + "; ".join(p for p in (f"missing {', '.join(map(repr, missing))}" if missing else "",
+                                        f"not an arm of the router {', '.join(map(repr, unknown))}" if unknown else "")
+                            if p))
+        self.arms = dict(arms)
+
+    def _routed(self):
+        if self._pipeline is None:
+            from ltrr.routers.pipeline import RoutedPipeline
+
+            self._pipeline = RoutedPipeline.from_router(self.router)
+        return self._pipeline
+
+    def choose(self, topics: pd.DataFrame) -> pd.DataFrame:
+        """The router's choice per query: ``DataFrame[qid, arm, router_score]`` in input order."""
+        topics = _check_q_frame(topics, "LTRRouterTransformer")
+        rows = []
+        pipeline = self._routed()
+        for qid, query in zip(topics["qid"].astype(str), topics["query"], strict=True):
+            ranking = pipeline.route(str(query)).ranking
+            rows.append((qid, str(ranking["arm"].iloc[0]), float(ranking["score"].iloc[0])))
+        return pd.DataFrame(rows, columns=["qid", "arm", "router_score"])
+
+    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
+        topics = _check_q_frame(topics, "LTRRouterTransformer")
+        if topics.empty:
+            return _empty_r(["arm", "router_score"])
+        choice = self.choose(topics)
+        frames = []
+        for arm, sub in choice.groupby("arm", sort=False):
+            if arm not in self.arms:  # a no-retrieval arm left out of the mapping: no passages
+                continue
+            q = topics[topics["qid"].astype(str).isin(set(sub["qid"]))]
+            res = self.arms[arm].transform(q)
+            if len(res):
+                frames.append(res.assign(qid=res["qid"].astype(str)))
+        if not frames:
+            return _empty_r(["arm", "router_score"])
+        out = pd.concat(frames, ignore_index=True)
+        out = out.merge(choice, on="qid", how="left")
+        qpos = {q: i for i, q in enumerate(choice["qid"])}
+        order = np.lexsort((out["rank"].to_numpy(), out["qid"].map(qpos).to_numpy()))
+        return out.iloc[order].reset_index(drop=True)
+
+    def __repr__(self) -> str:
+        return f"LTRRouterTransformer({self.router.ranker!r}, arms={list(self.arms)})"

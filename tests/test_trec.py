@@ -1,0 +1,110 @@
+"""TREC run and qrels files: round trip, ordering scores, errors that name file and line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ltrr._errors import DataError
+from ltrr.data.io import load_dataset, load_qrels
+from ltrr.data.trec import (
+    RunKey,
+    ordering_scores,
+    read_run_key,
+    read_trec_qrels,
+    read_trec_run,
+    write_trec_qrels,
+    write_trec_run,
+    write_trec_runs,
+)
+
+
+def _results() -> pd.DataFrame:
+    rows = []
+    for q in ("q1", "q2"):
+        for r in range(1, 4):
+            rows.append({"qid": q, "arm": "bm25", "rank": r, "docid": f"d{r}{q}", "score": 10.0 / r + 1e-13 * r})
+            # a sampled reranking: first-stage scores, another order
+            rows.append({"qid": q, "arm": "bm25+stoch", "rank": r, "docid": f"s{r}", "score": float(r)})
+    return pd.DataFrame(rows)
+
+
+def test_run_round_trip_exact(tmp_path):
+    res = _results()
+    bm = res[res["arm"] == "bm25"].reset_index(drop=True)
+    back = read_trec_run(write_trec_run(bm, tmp_path / "bm25.trec"))
+    pd.testing.assert_frame_equal(back, bm[["qid", "docid", "rank", "score", "arm"]], check_dtype=False)
+    assert back["score"].tolist() == bm["score"].tolist()  # repr: bit for bit
+    line = (tmp_path / "bm25.trec").read_text().splitlines()[0].split()
+    assert line[1] == "Q0" and line[5] == "bm25" and line[3] == "1"
+
+
+def test_scores_that_do_not_order_the_ranking_are_replaced_by_reciprocal_rank(tmp_path):
+    res = _results()
+    scores = ordering_scores(res)
+    stoch = res["arm"] == "bm25+stoch"
+    assert np.allclose(scores[stoch], 1.0 / res.loc[stoch, "rank"])
+    assert scores[~stoch].tolist() == res.loc[~stoch, "score"].tolist()
+    back = read_trec_run(write_trec_run(res[stoch], tmp_path / "s.trec"))
+    # sorting by the written score gives ltrr's ranking
+    for _, g in back.groupby("qid"):
+        assert g.sort_values("score", ascending=False)["rank"].tolist() == [1, 2, 3]
+    tie = pd.DataFrame({"qid": ["q"] * 2, "arm": ["a"] * 2, "rank": [1, 2], "score": [1.0, 1.0]})
+    assert ordering_scores(tie).tolist() == [1.0, 0.5]
+
+
+def test_write_runs_keyed_and_replaced_when_inputs_change(tmp_path):
+    res = _results()
+    queries = pd.DataFrame({"qid": ["q1", "q2"], "question": ["a", "b"]})
+    qrels = pd.DataFrame({"qid": ["q1"], "docid": ["d1q1"], "relevance": [1]})
+    key = RunKey.of("fp1", queries, qrels, "ds")
+    runs = {a: g for a, g in res.groupby("arm", sort=False)}
+    paths = write_trec_runs(runs, tmp_path / "trec", key, log=lambda m: None)
+    assert sorted(p.name for p in paths.values()) == ["bm25+stoch.trec", "bm25.trec"]
+    assert read_run_key(tmp_path / "trec") == key
+    other = RunKey.of("fp1", queries.assign(question=["a", "c"]), qrels, "ds")
+    assert other.differences(key) == ["topics"]
+    said = []
+    write_trec_runs({"bm25": runs["bm25"]}, tmp_path / "trec", other, log=said.append)
+    assert "topics differ" in said[0] and "replacing" in said[0]
+    assert not (tmp_path / "trec" / "bm25+stoch.trec").exists()  # no file of the old inputs stays
+    assert json.loads((tmp_path / "trec" / "runs.json").read_text())["key"]["topics"] == other.topics
+
+
+@pytest.mark.parametrize(("line", "what"), [
+    ("q1 Q0 d1 1 2.5", "has 6 fields .* this one has 5"),
+    ("q1 Q0 d1 first 2.5 tag", "rank 'first' is not an integer"),
+    ("q1 Q0 d1 1 high tag", "score 'high' is not a number"),
+])
+def test_malformed_run_line_names_file_and_line(tmp_path, line, what):
+    p = tmp_path / "bad.run"
+    p.write_text("q1 Q0 d0 0 3.0 tag\n\nq1 Q0 d2 2 1.0 tag\n" + line + "\n")
+    with pytest.raises(DataError, match=rf"bad\.run:4: .*{what}"):
+        read_trec_run(p)
+
+
+def test_trec_qrels_read_and_sniffed(tmp_path):
+    qrels = pd.DataFrame({"qid": ["1", "1", "2"], "docid": ["a", "b", "c"], "relevance": [1, 2, 1]})
+    for name in ("q.txt", "q.qrels", "q.tsv"):
+        write_trec_qrels(qrels, tmp_path / name)
+        back = load_qrels(tmp_path / name)
+        assert back[["qid", "docid", "relevance"]].values.tolist() == qrels.values.tolist()
+    beir = tmp_path / "beir.tsv"
+    beir.write_text("query-id\tcorpus-id\tscore\n1\ta\t1\n")
+    assert load_qrels(beir)["docid"].tolist() == ["a"]
+    (tmp_path / "bad.qrels").write_text("1 0 a 1\n1 0 b\n")
+    with pytest.raises(DataError, match=r"bad\.qrels:2: a TREC qrels line has 4 fields"):
+        read_trec_qrels(tmp_path / "bad.qrels")
+
+
+def test_qrels_of_another_topic_set_are_an_error(tmp_path):
+    (tmp_path / "queries.jsonl").write_text('{"qid": "q1", "question": "what"}\n{"qid": "q2", "question": "who"}\n')
+    (tmp_path / "corpus.jsonl").write_text('{"docid": "d1", "text": "x"}\n')
+    (tmp_path / "qrels.trec").write_text("301 0 d1 1\n302 0 d1 1\n")
+    with pytest.raises(DataError, match=r"qrels\.trec: none of the 2 qids of the qrels \(e\.g\. '301'.*'q1'"):
+        load_dataset(tmp_path)
+    (tmp_path / "qrels.trec").write_text("q1 0 d1 1\n301 0 d1 1\n")  # a partial match is fine
+    assert load_dataset(tmp_path).qrels["qid"].tolist() == ["q1", "301"]
