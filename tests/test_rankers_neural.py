@@ -321,3 +321,21 @@ FAST = {"n_epochs": 30, "hidden_sizes": (16,), "random_state": 0}
 )
 def test_conformance(check):
     check()
+
+
+def test_loads_a_model_saved_before_the_torch_base():
+    """A ListNet folder saved by commit 46ab1b1 (before `ltrr.rankers.torch_base`) loads with
+    its parameters and scores the rows it was saved with exactly as it did then."""
+    from pathlib import Path
+
+    from ltrr.rankers.checks import make_ranking_data
+
+    data = Path(__file__).parent / "data"
+    ranker = BaseRanker.load(data / "listnet-46ab1b1")
+    assert isinstance(ranker, ListNetRanker)
+    assert ranker.hidden_sizes == (8, 4)  # a tuple again, as saved
+    X, _, _ = make_ranking_data(n_queries=12, random_state=0)
+    X[:5, 1] = np.nan
+    expected = json.loads((data / "listnet-46ab1b1-predictions.json").read_text())["predictions"]
+    np.testing.assert_array_equal(ranker.predict(X), np.asarray(expected))
+    assert ranker.missing_values_.shape == (X.shape[1],)

@@ -20,11 +20,9 @@ to it. ``missing="mean"`` fills NaN with the training mean (a fixed 0 after stan
 
 Standardisation and determinism
 -------------------------------
-Features are standardised with the mean and standard deviation of the training rows (NaN
-ignored; constant or all-NaN columns keep scale 1); the statistics are fitted state (``mean_``,
-``scale_``) saved with the model. Training rows are first put in `canonical_order`, and batches
-are drawn from a generator seeded by ``random_state``, so a fit does not depend on the order of
-the rows or query groups and repeats bit for bit on CPU.
+As for every torch ranker (`ltrr.rankers.torch_base`): features are standardised with the
+training rows' statistics, and a fit does not depend on the order of the rows or query groups
+and repeats bit for bit on CPU.
 
 Persistence
 -----------
@@ -35,381 +33,46 @@ imported only inside functions and methods.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 
 from ltrr._errors import DataError
-from ltrr.rankers._validation import (
-    RankerParameterError,
-    canonical_order,
-    check_predict_data,
-    check_ranking_data,
+from ltrr.rankers._validation import canonical_order, check_predict_data, check_ranking_data
+from ltrr.rankers.base import rankers
+from ltrr.rankers.torch_base import (
+    COMMON_CONSTRAINTS,
+    TorchRanker,
+    check_n_jobs,
+    check_trainable,
+    fit_standardiser,
+    load_tensors,
+    missing_fill_class,
+    param_error,
+    save_tensors,
+    torch_device,
+    torch_threads,
 )
-from ltrr.rankers.base import BaseRanker, rankers
 
 __all__ = ["FFNPointwiseRanker", "RankNetRanker", "ListNetRanker"]
-
-logger = logging.getLogger(__name__)
 
 FFN_FORMAT = "ltrr-ffn/1"
 WEIGHTS_FILE = "weights.safetensors"
 
-#: constraints of the parameters every neural ranker (feed-forward and transformer) shares
-COMMON_CONSTRAINTS: dict[str, list] = {
-    "n_epochs": [Interval(Integral, 1, None, closed="left")],
-    "learning_rate": [Interval(Real, 0, None, closed="neither")],
-    "batch_size": [Interval(Integral, 1, None, closed="left")],
-    "weight_decay": [Interval(Real, 0, None, closed="left")],
-    "missing": [StrOptions({"learned", "mean", "error"})],
-    "random_state": ["random_state"],
-    "verbose": ["verbose"],
-    "device": [str],
-    "n_jobs": [None, Integral],
-}
 
-
-# ---- helpers shared with ltrr.rankers.transformer ---------------------------------------
-def param_error(est: Any, name: str, allowed: str, value: Any) -> RankerParameterError:
-    """A parameter error worded like sklearn's constraint messages."""
-    return RankerParameterError(
-        f"The {name!r} parameter of {type(est).__name__} must be {allowed}. Got {value!r} instead."
-    )
-
-
-def check_n_jobs(est: Any) -> None:
-    """``n_jobs=0`` passes the type constraint but means nothing (as in joblib)."""
-    if est.n_jobs == 0:
-        raise param_error(est, "n_jobs", "None or an int other than 0", est.n_jobs)
-
-
-def torch_device(est: Any):
-    """The estimator's ``device`` parameter as a ``torch.device``; a bad value is a ConfigError."""
-    import torch
-
-    try:
-        dev = torch.device(est.device)
-    except (RuntimeError, TypeError) as exc:
-        raise param_error(
-            est, "device", 'a torch device such as "cpu" or "cuda:0"', est.device
-        ) from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise param_error(
-            est, "device", "an available torch device (CUDA is not available)", est.device
-        )
-    return dev
-
-
-def seed_from(random_state: Any) -> int:
-    """An int seed: an int ``random_state`` is used as is, else one is drawn from it."""
-    from sklearn.utils import check_random_state
-
-    if isinstance(random_state, Integral):
-        return int(random_state)
-    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
-
-
-@contextlib.contextmanager
-def torch_seeded(seed: int, device) -> Iterator[None]:
-    """Seed torch for a block without leaking RNG state or determinism settings to the caller."""
-    import torch
-
-    was_deterministic = torch.are_deterministic_algorithms_enabled()
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        # warn_only: a few CUDA kernels have no deterministic variant; CPU training is exact.
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(was_deterministic)
-
-
-@contextlib.contextmanager
-def torch_threads(n_jobs: int | None) -> Iterator[None]:
-    """Run a block with ``n_jobs`` torch CPU threads (joblib's reading: None is 1, -1 is all
-    cores), then restore the caller's setting.
-
-    Small networks train many times faster on one thread than on several when the cores are
-    shared, because idle OpenMP workers spin; hence a setting per estimator, not torch's global
-    default.
-    """
-    import torch
-    from joblib import effective_n_jobs
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(effective_n_jobs(n_jobs))))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def fit_standardiser(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-column mean and scale ignoring NaN; constant or all-NaN columns get mean 0/scale 1."""
-    import warnings
-
-    from sklearn.preprocessing import StandardScaler
-
-    if X.shape[1] == 0:
-        return np.zeros(0), np.ones(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: fixed below
-        scaler = StandardScaler().fit(X)
-    mean = np.nan_to_num(np.asarray(scaler.mean_, dtype=np.float64), nan=0.0)
-    scale = np.asarray(scaler.scale_, dtype=np.float64)
-    scale[~np.isfinite(scale) | (scale <= 0)] = 1.0
-    return mean, scale
-
-
-def contiguous_groups(sizes: np.ndarray) -> list[np.ndarray]:
-    """Row indices of each group of data laid out in contiguous groups of ``sizes``."""
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-
-
-def check_trainable(groups: list[np.ndarray], y: np.ndarray, objective: str, who: str) -> None:
-    """Reject data the objective cannot learn from with a `DataError` that says why."""
-    if objective == "pairwise" and not any(np.ptp(y[g]) > 0 for g in groups):
-        raise DataError(
-            f"{who}: no query has two rows with different labels (each has one sample or one "
-            "label value), so there is no pair to learn from; give queries of two or more rows "
-            "with different gains"
-        )
-    if objective == "listwise" and not any(len(g) > 1 for g in groups):
-        raise DataError(
-            f"{who}: every query has one sample; a listwise loss needs queries of two or more rows"
-        )
-
-
-def make_batches(
-    groups: list[np.ndarray], budget: int, rng: np.random.Generator
-) -> list[list[np.ndarray]]:
-    """Shuffle whole groups and pack them into batches of at most ``budget`` rows.
-
-    A batch always holds at least one whole group, so a group larger than the budget forms a
-    batch of its own.
-    """
-    batches: list[list[np.ndarray]] = []
-    current: list[np.ndarray] = []
-    rows = 0
-    for g in rng.permutation(len(groups)):
-        grp = groups[g]
-        if current and rows + len(grp) > budget:
-            batches.append(current)
-            current, rows = [], 0
-        current.append(grp)
-        rows += len(grp)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def _pad(groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices of a batch, group after group, and its ``(n_groups, max_len)`` mask."""
-    mask = np.zeros((len(groups), max(len(g) for g in groups)), dtype=bool)
-    for i, g in enumerate(groups):
-        mask[i, : len(g)] = True
-    return np.concatenate(groups), mask
-
-
-# ---- losses on padded (n_groups, max_len) score and label matrices ------------------------
-def pointwise_loss(s, y, mask, **_):
-    """Mean squared error over the real (unpadded) rows."""
-    return ((s - y) ** 2)[mask].mean()
-
-
-def ranknet_loss(s, y, mask, **_):
-    """RankNet: mean of ``log(1 + exp(-(s_i - s_j)))`` over pairs of one group with
-    ``y_i > y_j``; None when the batch has no such pair."""
-    import torch
-
-    pairs = (y[:, :, None] > y[:, None, :]) & mask[:, :, None] & mask[:, None, :]
-    if not bool(pairs.any()):
-        return None
-    diff = s[:, :, None] - s[:, None, :]
-    return torch.nn.functional.softplus(-diff[pairs]).mean()
-
-
-def listnet_loss(s, y, mask, temperature: float = 1.0, **_):
-    """ListNet: mean over groups of the cross-entropy between ``softmax(y / temperature)``
-    and ``softmax(s)``, both over the group's real rows."""
-    import torch
-
-    neg_inf = torch.tensor(float("-inf"), dtype=s.dtype, device=s.device)
-    target = torch.softmax(torch.where(mask, y / temperature, neg_inf), dim=1)
-    logp = torch.log_softmax(torch.where(mask, s, neg_inf), dim=1)
-    # padded positions have target 0 and log-probability -inf; zero them before multiplying
-    return -(target * torch.where(mask, logp, torch.zeros_like(logp))).sum(dim=1).mean()
-
-
-LOSSES: dict[str, Callable] = {
-    "pointwise": pointwise_loss,
-    "pairwise": ranknet_loss,
-    "listwise": listnet_loss,
-}
-
-
-def train_loop(
-    module,
-    forward: Callable,
-    groups: list[np.ndarray],
-    y: np.ndarray,
-    *,
-    est: Any,
-    objective: str,
-    seed: int,
-    device,
-    scheduler_factory: Callable | None = None,
-) -> list[float]:
-    """Optimise ``module`` with AdamW on batches of whole groups; return per-epoch mean losses.
-
-    ``forward(rows)`` returns the scores of row indices ``rows`` as a 1-D tensor. ``est``
-    supplies ``n_epochs``, ``batch_size``, ``learning_rate``, ``weight_decay``, ``verbose``
-    (and ``temperature`` for the listwise loss).
-    """
-    import torch
-
-    loss_fn = LOSSES[objective]
-    extra = {"temperature": float(est.temperature)} if objective == "listwise" else {}
-    optimiser = torch.optim.AdamW(
-        [p for p in module.parameters() if p.requires_grad],
-        lr=float(est.learning_rate),
-        weight_decay=float(est.weight_decay),
-    )
-    rng = np.random.default_rng(seed)
-    # Batches of all epochs are drawn up front so a learning-rate schedule knows the step count.
-    plan = [make_batches(groups, int(est.batch_size), rng) for _ in range(int(est.n_epochs))]
-    scheduler = scheduler_factory(optimiser, sum(map(len, plan))) if scheduler_factory else None
-    y_t = torch.as_tensor(y, dtype=torch.float32, device=device)
-    curve: list[float] = []
-    module.train()
-    for epoch, batches in enumerate(plan):
-        total, n_losses = 0.0, 0
-        for batch in batches:
-            rows, mask_np = _pad(batch)
-            mask = torch.as_tensor(mask_np, device=device)
-            scores = forward(rows)
-            s = scores.new_zeros(mask.shape).masked_scatter(mask, scores)
-            yy = y_t.new_zeros(mask.shape).masked_scatter(
-                mask, y_t[torch.as_tensor(rows, device=device)]
-            )
-            loss = loss_fn(s, yy, mask, **extra)
-            if loss is not None:  # None: every query of the batch has tied labels
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                optimiser.step()
-                total += float(loss.detach())
-                n_losses += 1
-            if scheduler is not None:
-                scheduler.step()
-        curve.append(total / max(n_losses, 1))
-        if not math.isfinite(curve[-1]):
-            raise DataError(
-                f"{type(est).__name__}: training diverged at epoch {epoch + 1} (loss "
-                f"{curve[-1]}); lower learning_rate"
-            )
-        logger.log(
-            logging.INFO if est.verbose else logging.DEBUG,
-            "%s epoch %d/%d: loss %.6f",
-            type(est).__name__,
-            epoch + 1,
-            est.n_epochs,
-            curve[-1],
-        )
-    module.eval()
-    return curve
-
-
-def save_tensors(tensors: dict[str, Any], file: Path, fmt: str) -> None:
-    """Write tensors to ``file`` as safetensors (tagged with ``fmt``), atomically."""
-    from safetensors.torch import save_file
-
-    tmp = file.with_name(file.name + ".tmp")
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-        str(tmp),
-        metadata={"format": fmt},
-    )
-    tmp.replace(file)
-
-
-def load_tensors(file: Path, fmt: str) -> dict[str, Any]:
-    """Read tensors written by `save_tensors`, checking the format tag."""
-    from safetensors import SafetensorError, safe_open
-
-    if not file.is_file():
-        raise DataError(f"{file.parent}: missing {file.name}; the saved ranker is incomplete")
-    try:
-        with safe_open(str(file), framework="pt") as fh:
-            found = (fh.metadata() or {}).get("format")
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - not a dict
-    except (SafetensorError, OSError) as exc:
-        raise DataError(f"{file}: not a readable safetensors file ({exc})") from None
-    if found != fmt:
-        raise DataError(
-            f"{file}: weights in format {found!r}; this ltrr reads {fmt!r}. Retrain the ranker."
-        )
-    return tensors
-
-
-def check_state(path: Path, state: Any, fmt: str, est: Any) -> dict[str, Any]:
-    """The ``state`` written by ``_save``, checked to be of format ``fmt``."""
-    got = state.get("format") if isinstance(state, dict) else None
-    if got != fmt:
-        raise DataError(
-            f"{path}: expected a {fmt!r} model for {est.name!r}, found {got!r}; the folder was "
-            "written by another ranker or another ltrr version. Retrain and save again."
-        )
-    return state
-
-
-def tuple_params(est: Any) -> list[str]:
-    """Names of parameters holding tuples (JSON turns them into lists; `restore_tuples`)."""
-    return sorted(k for k, v in est.get_params(deep=False).items() if isinstance(v, tuple))
-
-
-def restore_tuples(est: Any, names: Sequence[str]) -> None:
-    """Give back the tuple type JSON dropped, so a loaded ranker has its saved parameters."""
-    for k in names:
-        v = getattr(est, k, None)
-        if isinstance(v, list):
-            setattr(est, k, tuple(v))
-
-
-# ---- torch modules -----------------------------------------------------------------------
-_TORCH_CLASSES = ("MissingFill", "MLPScorer")
-
-
-def _build_torch_classes() -> None:
-    """Define the torch modules on first use (so importing ltrr needs no torch) as
-    module-level names, so fitted rankers pickle like any sklearn estimator."""
-    if "MLPScorer" in globals():
-        return
+# ---- torch module ------------------------------------------------------------------------
+def _define_mlp_scorer() -> None:
+    """Define `MLPScorer` on first use (so importing ltrr needs no torch) as a module-level
+    name, so fitted rankers pickle like any sklearn estimator."""
     import torch
     from torch import nn
 
-    class MissingFill(nn.Module):
-        """Replaces NaN entries by one value per feature, learnable or fixed at 0."""
-
-        def __init__(self, n_features: int, learned: bool):
-            super().__init__()
-            if learned:
-                self.fill = nn.Parameter(torch.zeros(n_features))
-            else:
-                self.register_buffer("fill", torch.zeros(n_features))
-
-        def forward(self, x):
-            return torch.where(torch.isnan(x), self.fill.expand_as(x), torch.nan_to_num(x, nan=0.0))
+    MissingFill = missing_fill_class()
 
     class MLPScorer(nn.Module):
         """NaN filling, then Linear-ReLU(-Dropout) layers, then a linear score."""
@@ -454,30 +117,31 @@ def _build_torch_classes() -> None:
                 out.append(h.squeeze(-1))
             return torch.cat(out) if out else x.new_zeros(0)
 
-    for cls in (MissingFill, MLPScorer):
-        cls.__qualname__ = cls.__name__
-        globals()[cls.__name__] = cls
+    MLPScorer.__qualname__ = "MLPScorer"
+    globals()["MLPScorer"] = MLPScorer
+
+
+def _mlp_scorer_class() -> type:
+    if "MLPScorer" not in globals():
+        _define_mlp_scorer()
+    return globals()["MLPScorer"]
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: pickle finds ltrr.rankers.neural.MLPScorer here even before anything built it.
-    if name in _TORCH_CLASSES:
-        _build_torch_classes()
-        return globals()[name]
+    # PEP 562: pickle finds ltrr.rankers.neural.MLPScorer here even before anything built it
+    # (and MissingFill, which lived here before `ltrr.rankers.torch_base`).
+    if name == "MLPScorer":
+        return _mlp_scorer_class()
+    if name == "MissingFill":
+        return missing_fill_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def torch_class(name: str):
-    """One of this module's torch module classes (built on first use)."""
-    _build_torch_classes()
-    return globals()[name]
-
-
 # ---- the rankers -------------------------------------------------------------------------
-class _FeedForwardRanker(BaseRanker):
+class _FeedForwardRanker(TorchRanker):
     """A multilayer perceptron scoring feature vectors; subclasses choose the loss."""
 
-    objective: ClassVar[str] = "pointwise"
+    state_format: ClassVar[str] = FFN_FORMAT
     _parameter_constraints: ClassVar[dict] = {
         **COMMON_CONSTRAINTS,
         "hidden_sizes": ["array-like"],
@@ -511,11 +175,6 @@ class _FeedForwardRanker(BaseRanker):
         self.device = device
         self.n_jobs = n_jobs
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = self.missing != "error"
-        return tags
-
     def _hidden(self) -> list[int]:
         hs = self.hidden_sizes
         if isinstance(hs, (str, bytes)) or not all(
@@ -525,7 +184,7 @@ class _FeedForwardRanker(BaseRanker):
         return [int(h) for h in hs]
 
     def _build(self, n_features: int):
-        return torch_class("MLPScorer")(
+        return _mlp_scorer_class()(
             n_features, self._hidden(), float(self.dropout), self.missing == "learned"
         )
 
@@ -556,40 +215,18 @@ class _FeedForwardRanker(BaseRanker):
         # Training in a canonical row order makes the model independent of row/group order.
         layout = canonical_order(X, y, qid if self.requires_qid else None)
         X, y = X[layout.order], y[layout.order]
-        if self.requires_qid:
-            groups = contiguous_groups(layout.sizes)
-        else:  # pointwise: rows are independent, and qid is ignored entirely
-            groups = [np.array([i]) for i in range(len(y))]
+        groups = self._train_groups(layout)
         check_trainable(groups, y, self.objective, type(self).__name__)
         self.mean_, self.scale_ = fit_standardiser(X)
         Xt = torch.as_tensor(self._standardise(X), device=device)
-        seed = seed_from(self.random_state)
-        with torch_threads(self.n_jobs), torch_seeded(seed, device):
-            module = self._build(X.shape[1]).to(device)
-            self.loss_curve_ = train_loop(
-                module,
-                lambda rows: module(Xt[torch.as_tensor(rows, device=device)]),
-                groups,
-                y,
-                est=self,
-                objective=self.objective,
-                seed=seed,
-                device=device,
-            )
-        self.module_ = module
-        self.n_iter_ = len(self.loss_curve_)
+        self._train(
+            lambda: self._build(X.shape[1]).to(device),
+            lambda module, rows: module(Xt[torch.as_tensor(rows, device=device)]),
+            groups,
+            y,
+            device,
+        )
         return self
-
-    def _standardise(self, X: np.ndarray) -> np.ndarray:
-        return ((X - self.mean_) / self.scale_).astype(np.float32)
-
-    @property
-    def missing_values_(self) -> np.ndarray:
-        """Values (standardised units) that replace NaN features; 0 is the training mean."""
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "module_")
-        return self.module_.missing.fill.detach().cpu().numpy().astype(np.float64)
 
     def predict(self, X) -> np.ndarray:
         """Score each row of ``X``; higher is better.
@@ -610,27 +247,11 @@ class _FeedForwardRanker(BaseRanker):
     # ---- persistence --------------------------------------------------------------------
     def _save(self, path: Path) -> dict[str, Any]:
         save_tensors(self.module_.state_dict(), path / WEIGHTS_FILE, FFN_FORMAT)
-        # floats round-trip exactly through JSON (repr of a double is shortest-exact)
-        return {
-            "format": FFN_FORMAT,
-            "weights": WEIGHTS_FILE,
-            "mean": [float(v) for v in self.mean_],
-            "scale": [float(v) for v in self.scale_],
-            "loss_curve": [float(v) for v in self.loss_curve_],
-            "tuple_params": tuple_params(self),
-        }
+        return {**self._fitted_state(), "weights": WEIGHTS_FILE}
 
     def _load(self, path: Path, state: dict[str, Any]) -> None:
-        state = check_state(path, state, FFN_FORMAT, self)
-        restore_tuples(self, state.get("tuple_params", []))
         n = int(self.n_features_in_)
-        mean = np.asarray(state["mean"], dtype=np.float64)
-        scale = np.asarray(state["scale"], dtype=np.float64)
-        if mean.shape != (n,) or scale.shape != (n,):
-            raise DataError(
-                f"{path}: standardiser statistics have {mean.size}/{scale.size} values for {n} "
-                "features; the folder mixes files of different models"
-            )
+        state, mean, scale = self._restore_standardiser(path, state, n)
         tensors = load_tensors(path / state.get("weights", WEIGHTS_FILE), FFN_FORMAT)
         module = self._build(n)
         try:
@@ -641,10 +262,7 @@ class _FeedForwardRanker(BaseRanker):
                 f"hidden_sizes={self._hidden()}; the folder mixes files of different models "
                 f"({str(exc).splitlines()[0]})"
             ) from None
-        self.module_ = module.to(torch_device(self)).eval()
-        self.mean_, self.scale_ = mean, scale
-        self.loss_curve_ = [float(v) for v in state.get("loss_curve", [])]
-        self.n_iter_ = len(self.loss_curve_)
+        self._set_loaded(module, mean, scale, state)
 
 
 _PARAMS_DOC = """

