@@ -24,6 +24,7 @@ from ltrr.context.agents_eval import compare_strategies, score_answers, summaris
 from ltrr.generation.base import Generation, Generator
 from ltrr.packing import DEFAULT_ROLES, LoopSpec
 from ltrr.packing.strategies import strategies
+from ltrr.routers.pipeline import Routed
 
 
 class FakeLLM(Generator):
@@ -47,7 +48,7 @@ class FakeLLM(Generator):
         return out
 
 
-class FakeRouter:
+class FakeRouter:  # a RoutedPipeline stand-in: route(question) -> Routed
     """Sends "who" questions to bm25 (three passages, one shared by every question), others to none."""
 
     def route(self, question):
@@ -59,9 +60,8 @@ class FakeRouter:
                 for r, t in enumerate(texts, start=1)]
         rows.append({"qid": "q0", "arm": "bm25", "rank": 3, "docid": "shared", "score": -3.0,
                      "text": "a passage every search returns about capitals and rivers"})
-        self._last_results = pd.DataFrame(rows)
         arms = [arm, "none" if arm == "bm25" else "bm25"]
-        return pd.DataFrame({"arm": arms, "score": [1.0, 0.0], "rank": [1, 2]})
+        return Routed(question, pd.DataFrame(rows), pd.DataFrame({"arm": arms, "score": [1.0, 0.0], "rank": [1, 2]}))
 
 
 class BowEmbedder:

@@ -153,22 +153,22 @@ def pool_embedder(pool) -> PoolEmbedder | None:
 
 
 class RoutedSearch:
-    """The Searcher's tool: a trained router's top arm for a question, and that arm's passages.
+    """The Searcher's tool: a routed question's top arm and that arm's passages.
 
-    ``router.route(question)`` ranks the arms; the passages are the top arm's rows of the pool
-    search it ran (``router._last_results``), in rank order. The no-retrieval arm has none.
+    ``pipeline`` is a `ltrr.routers.RoutedPipeline` (or anything whose ``route(question)``
+    returns a `ltrr.routers.pipeline.Routed`); the passages are the top arm's rows of the pool
+    search it ran, in rank order. The no-retrieval arm has none.
     """
 
-    def __init__(self, router):
-        self.router = router
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
 
     def __call__(self, question: str) -> tuple[str, list[tuple[str, str]]]:
-        ranking = self.router.route(question)
-        arm = str(ranking["arm"].iloc[0])
-        res = getattr(self.router, "_last_results", None)
-        if res is None or len(res) == 0:
+        routed = self.pipeline.route(question)
+        arm = routed.arm
+        if routed.results is None or len(routed.results) == 0:
             return arm, []
-        rows = res[res["arm"].astype(str) == arm].sort_values("rank")
+        rows = routed.arm_passages(arm)
         return arm, list(zip(rows["docid"].astype(str), rows["text"].astype(str), strict=True))
 
 

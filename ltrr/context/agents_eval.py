@@ -253,6 +253,7 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     from ltrr.data.io import write_table_atomic, write_text_atomic
     from ltrr.generation import load_template
     from ltrr.routers.ltr import LTRRouter
+    from ltrr.routers.pipeline import RoutedPipeline
 
     spec = LoopSpec.from_mapping(run.config.context)
     for flag, v, lo, hi in (("--rounds", rounds, 1, MAX_ROUNDS), ("--budget", budget, 0, None)):
@@ -274,7 +275,8 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     router = LTRRouter.load(model)
     gcfg, lcfg = run.config.generation, run.config.labels
     generator = run.make_generator()
-    pool = router._pool()
+    pipeline = RoutedPipeline.from_router(router)
+    pool = pipeline.pool
     if any(a.is_packed for a in pool.arms):  # packed arms count the run generator's tokens
         pool.count_tokens = generator.count_tokens
     embedder = pool_embedder(pool)
@@ -286,7 +288,7 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
         from ltrr.generation.cache import CachedGenerator
 
         judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
-    search = RoutedSearch(router)
+    search = RoutedSearch(pipeline)
     first = str(questions["question"].iloc[0])
     search(first)  # load what the first route and embedding load, before any runtime is measured
     if embedder is not None:

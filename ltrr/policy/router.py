@@ -237,24 +237,31 @@ class PolicyRouter(Router):
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
         return _frame(table, p[qi, ai]).rename(columns={"score": "prob"})
 
+    def routing_inputs(self, queries: pd.DataFrame, results: pd.DataFrame) -> dict:
+        """The questions' LLM states for the ``lm`` representation (``question_states``), else nothing."""
+        if self.representation != "lm":
+            return {}
+        from ltrr.policy.states import question_states
+
+        if not self.lm:
+            raise NotBuiltError("this lm policy has no generator config; train it with `ltrr policy train`")
+        questions = queries["question"].astype(str).tolist()
+        return {"question_states": question_states(self.lm["generator"], questions, pooling=self.lm["pooling"])}
+
+    def make_pool(self):
+        """The pool of the policy's LTR router, its indexes loaded."""
+        if not hasattr(self, "ltr_"):
+            raise NotFittedError("PolicyRouter is not fitted; call fit(raw, labels) or PolicyRouter.load(folder)")
+        return self.ltr_.make_pool()
+
     def route(self, question: str) -> pd.DataFrame:
-        """Rank the arms for one question by the deployed rule: DataFrame[arm, score, rank]."""
-        from ltrr.features import extract_raw
+        """Rank the arms for one question by the deployed rule: DataFrame[arm, score, rank].
 
-        pool = self.ltr_._pool()
-        q = pd.DataFrame({"qid": ["q0"], "question": [question]})
-        results = pool.search(q)
-        nr = [a.name for a in pool.arms if a.is_no_retrieval]
-        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(), no_retrieval=nr)
-        states = None
-        if self.representation == "lm":
-            from ltrr.policy.states import question_states
+        A one-off that loads the pool each call; `ltrr.routers.RoutedPipeline` routes many.
+        """
+        from ltrr.routers.pipeline import RoutedPipeline
 
-            if not self.lm:
-                raise NotBuiltError("this lm policy has no generator config; train it with `ltrr policy train`")
-            states = question_states(self.lm["generator"], [question], pooling=self.lm["pooling"])
-        ranking = self.ranking(raw, question_states=states)
-        return ranking[["arm", "score", "rank"]].reset_index(drop=True)
+        return RoutedPipeline.from_router(self).route(question).ranking
 
     # ---- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -14,6 +14,7 @@ True
 
 from ltrr.routers.knn import KNNRouter  # noqa: E402
 from ltrr.routers.ltr import LTRRouter  # noqa: E402
+from ltrr.routers.pipeline import Routed, RoutedPipeline  # noqa: E402
 from ltrr.routers.reference import (  # noqa: E402  (registers the reference routers)
     BestSingleRouter,
     NoRetrievalRouter,
@@ -37,6 +38,8 @@ from ltrr.routers.trainfree import (
 __all__ = [
     "KNNRouter",
     "LTRRouter",
+    "RoutedPipeline",
+    "Routed",
     "OracleRouter",
     "BestSingleRouter",
     "RandomRouter",

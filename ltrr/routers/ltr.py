@@ -192,67 +192,53 @@ class LTRRouter(Router):
         return {}
 
     # ---- end-to-end use ------------------------------------------------------------------
-    def _pool(self):
-        if getattr(self, "_pool_obj", None) is None:
-            from ltrr.retrieval import Pool
+    @property
+    def has_query_path(self) -> bool:
+        """Whether `route_query` ranks one question from its `QueryRaw` (not for text rankers)."""
+        return self.ranker not in _TEXT_RANKERS
 
-            if not self.pool_config or not self.index_dir:
-                raise NotBuiltError("this router has no pool config/index dir; train it with `ltrr train`")
-            pc = self.pool_config
-            pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
-            self._pool_obj = pool.load(self.index_dir)
-        return self._pool_obj
+    def routing_inputs(self, queries: pd.DataFrame, results: pd.DataFrame) -> dict:
+        """Extra `route_scores` inputs from the queries' pool search: the passages' text
+        (``texts``) for a ranker that reads it, else nothing."""
+        if self.ranker not in _TEXT_RANKERS:
+            return {}
+        texts = results.groupby(["qid", "arm"])["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
+        texts["query_text"] = texts["qid"].map(queries.set_index("qid")["question"])
+        return {"texts": texts}
+
+    def make_pool(self):
+        """The router's pool, built from ``pool_config`` with the indexes of ``index_dir`` loaded."""
+        from ltrr.retrieval import Pool
+
+        if not self.pool_config or not self.index_dir:
+            raise NotBuiltError("this router has no pool config/index dir; train it with `ltrr train`")
+        pc = self.pool_config
+        pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
+        return pool.load(self.index_dir)
 
     def route(self, question: str) -> pd.DataFrame:
-        """Rank the arms for one question: DataFrame[arm, score, rank], best first."""
-        from ltrr.features import extract_raw
+        """Rank the arms for one question: DataFrame[arm, score, rank], best first.
 
-        pool = self._pool()
-        q = pd.DataFrame({"qid": ["q0"], "question": [question]})
-        results = pool.search(q)
-        nr = [a.name for a in pool.arms if a.is_no_retrieval]
-        self._last_results = results
-        if self.ranker not in _TEXT_RANKERS:
-            from ltrr.features import extract_query
+        A one-off: it loads the pool each call. To route many questions, build one
+        `ltrr.routers.RoutedPipeline` and call its ``route``.
+        """
+        from ltrr.routers.pipeline import RoutedPipeline
 
-            qraw = extract_query(question, results, arms=pool.arm_names, no_retrieval=nr,
-                                 embedding_source=pool.embedding_source())
-            ranked = self.route_query(qraw)
-            return pd.DataFrame({"arm": [a for a, _ in ranked], "score": [s for _, s in ranked],
-                                 "rank": np.arange(1, len(ranked) + 1)})
-        from ltrr.routers.trainfree import rank_scores
-
-        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(), no_retrieval=nr)
-        texts = results.groupby(["qid", "arm"])["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
-        texts["query_text"] = question
-        ranking = rank_scores(self.route_scores(raw, texts=texts), list(raw.arms))
-        return ranking[["arm", "score", "rank"]].reset_index(drop=True)
+        return RoutedPipeline.from_router(self).route(question).ranking
 
     def answer(self, question: str, generator=None, *, template: str = "short_answer", packing=None) -> dict:
         """Route, then answer with the top arm's passages (closed-book for no retrieval).
 
         With ``packing`` (a `ltrr.packing.PackSpec`), the answer reads the passages of the
         ``top_m`` best routed arms packed into ``packing.budget`` tokens instead; ``arm`` then
-        names the arms read, and ``context_tokens`` the packed context's length.
+        names the arms read, and ``context_tokens`` the packed context's length. A one-off over
+        `ltrr.routers.RoutedPipeline`, as `route`.
         """
-        from ltrr.generation import answer_with_fallback, make_generator
+        from ltrr.generation import make_generator
+        from ltrr.routers.pipeline import RoutedPipeline
 
-        ranking = self.route(question)
-        arm = str(ranking["arm"].iloc[0])
         gen = generator or make_generator({})
-        tokens = None
-        if packing is not None and not self._pool().arm(arm).is_no_retrieval:
-            from ltrr.context.rag import pack_query
-
-            packed = pack_query(self._pool(), question, ranking["arm"].astype(str).tolist(), packing, gen.count_tokens)
-            passages, tokens = packed.passages["text"].tolist(), packed.tokens
-            arm = "+".join(dict.fromkeys(packed.passages["arm"])) or arm
-        else:
-            res = self._last_results
-            passages = res[res["arm"] == arm].sort_values("rank")["text"].tolist()
-        out = answer_with_fallback(gen, template, question, passages or None)
-        return {"arm": arm, "answer": out.answer, "passages": passages, "ranking": ranking, "error": out.error,
-                "context_tokens": tokens}
+        return RoutedPipeline.from_router(self, packing=packing, generator=gen, template=template).answer(question)
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -127,6 +127,11 @@ class Router(BaseEstimator):
         """``DataFrame[qid, arm, score]``, one row per (query, arm) of ``raw``."""
         raise NotImplementedError(f"{type(self).__name__} must implement route_scores")
 
+    def routing_inputs(self, queries: pd.DataFrame, results: pd.DataFrame) -> dict:
+        """Extra `route_scores` inputs a router takes from the queries and their pool search
+        (`ltrr.routers.RoutedPipeline` passes them to `ranking`); none by default."""
+        return {}
+
     def ranking(self, raw: Any, **route_kwargs: Any) -> pd.DataFrame:
         """``DataFrame[qid, arm, score, rank]``: each query's arms, best (rank 1) first.
 

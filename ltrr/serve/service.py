@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ltrr._errors import DataError, NotBuiltError
 
@@ -49,12 +48,13 @@ class RoutedRAG:
                  template: str = "short_answer", packing: Any = None):
         from ltrr.generation import load_template, make_generator
         from ltrr.routers.ltr import LTRRouter
+        from ltrr.routers.pipeline import RoutedPipeline
 
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
             raise NotBuiltError(f"{model_dir}: no such model folder; train one with `ltrr train CONFIG`")
         self.ltr = LTRRouter.load(model_dir)  # a folder from another version is a DataError here
-        self.pool = self.ltr._pool()
+        self.pool = self.ltr.make_pool()
         self.arms = list(self.pool.arm_names)
         self.costs = {a.name: float(a.cost) for a in self.pool.arms}
         self.no_retrieval = [a.name for a in self.pool.arms if a.is_no_retrieval]
@@ -75,6 +75,10 @@ class RoutedRAG:
             else make_generator(generator or {})
         self.template = load_template(template)
         self.packing = packing
+        # one routing path per model name, all over the one loaded pool
+        self.pipelines = {name: RoutedPipeline(self.pool, router, packing=packing, generator=self.generator,
+                                               template=template)
+                          for name, router in {"ltrr": self.ltr, **self.policies}.items()}
 
     # ---- models -----------------------------------------------------------------------------
     def models(self) -> list[dict]:
@@ -94,33 +98,20 @@ class RoutedRAG:
     # ---- routing ----------------------------------------------------------------------------
     def route(self, model: str, question: str) -> dict:
         """Search every arm once, rank the arms with ``model``: arm, ranking, cost and passages."""
-        from ltrr.features import extract_query, extract_raw
-
         self.check_model(model)
-        q = pd.DataFrame({"qid": ["q0"], "question": [question]})
-        results = self.pool.search(q)
-        if model == "ltrr":
-            qraw = extract_query(question, results, arms=self.arms, no_retrieval=self.no_retrieval,
-                                 embedding_source=self.pool.embedding_source())
-            ranked = self.ltr.route_query(qraw)
-        elif model in self.policies:
-            raw = extract_raw(q, results, arms=self.arms, embedding_source=self.pool.embedding_source(),
-                              no_retrieval=self.no_retrieval)
-            r = self.policies[model].ranking(raw)
-            ranked = list(zip(r["arm"].astype(str), r["score"].astype(float), strict=True))
-        else:
-            ranked = [(model, float("nan"))]
-        arm = ranked[0][0]
-        res = results[results["arm"] == arm].sort_values("rank")
-        if self.packing is not None and arm not in self.no_retrieval:
-            from ltrr.context.rag import pack_query
-
-            res = pack_query(self.pool, question, [a for a, _ in ranked], self.packing,
-                             self.generator.count_tokens).passages
+        if model in self.pipelines:
+            pipe = self.pipelines[model]
+            routed = pipe.route(question)
+        else:  # an arm's name: that arm, forced
+            pipe = self.pipelines["ltrr"]
+            routed = pipe.route(question, arm=model)
+        res, _ = pipe.context(routed)
+        arm = routed.arm
         passages = [{"docid": str(d), "text": str(t)} for d, t in zip(res["docid"], res["text"], strict=True)]
         return {"model": model, "arm": arm, "cost": self.costs[arm],
-                "ranking": [{"arm": a, "score": None if not np.isfinite(s) else float(s), "rank": i + 1}
-                            for i, (a, s) in enumerate(ranked)],
+                "ranking": [{"arm": str(a), "score": None if not np.isfinite(s) else float(s), "rank": i + 1}
+                            for i, (a, s) in enumerate(zip(routed.ranking["arm"], routed.ranking["score"],
+                                                           strict=True))],
                 "passages": passages}
 
     def answer(self, routed: dict, question: str) -> dict:
