@@ -381,3 +381,24 @@ def test_cli_cache_merge(tmp_path, capsys, monkeypatch):
     assert main(["cache", "merge", str(tmp_path / "s0.sqlite"), str(tmp_path / "nope.sqlite"), "--into", str(target)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ltrr: error: no generation cache") and not target.exists()
+
+
+def test_wrappers_take_backend_identity_and_tokens_from_the_wrapped_generator(cache):
+    """CachedGenerator and RecordingGenerator share `GeneratorWrapper`: what goes into a cache
+    key (backend, identity) and into prompt truncation (context length, token counts) is the
+    wrapped generator's, and a recorded key is the key the cache stored."""
+    from ltrr.generation.base import GeneratorWrapper
+    from ltrr.generation.prebuilt import RecordingGenerator
+
+    inner = Scripted("scripted-v7")
+    cached = CachedGenerator(inner, cache)
+    recorder = RecordingGenerator(inner, cache)
+    for wrapper in (cached, recorder):
+        assert isinstance(wrapper, GeneratorWrapper)
+        assert (wrapper.backend, wrapper.identity) == ("scripted", "scripted-v7")
+        assert wrapper.context_length == inner.context_length == 2048
+        assert wrapper.count_tokens("one two three") == inner.count_tokens("one two three")
+    params = DecodingParams(max_new_tokens=5)
+    cached.generate(["hello"], params)
+    assert recorder.generate(["hello"], params)[0].text == "out:hello"
+    assert list(recorder.records) == [cache_key("scripted", "scripted-v7", params, "hello")]

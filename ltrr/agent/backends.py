@@ -31,7 +31,7 @@ from typing import Any
 
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
-from ltrr.generation.base import DecodingParams
+from ltrr.generation.base import DecodingParams, WrapsGenerator
 
 __all__ = ["Continuation", "ContinuationLM", "LlamaCppLM", "OpenAICompletionsLM", "TransformersLM",
            "continuation_lms", "hf_continue", "make_continuation_lm"]
@@ -122,22 +122,12 @@ def _finish(text: str, new_ids: Sequence[int], eos: int | None, stops: Sequence[
     return "eos" if eos is not None and eos in new_ids else "length"
 
 
-class _GeneratorLM(ContinuationLM):
+class _GeneratorLM(WrapsGenerator, ContinuationLM):
     """A `ContinuationLM` over one of ltrr's generators (``self.generator``): its identity and
     context length are the generator's."""
 
-    generator: Any
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.generator!r})"
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    @property
-    def context_length(self) -> int:
-        return self.generator.context_length
 
 
 class TransformersLM(_GeneratorLM):

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Generation", "DecodingParams", "Generator"]
+__all__ = ["Generation", "DecodingParams", "Generator", "GeneratorWrapper", "WrapsGenerator"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +97,42 @@ class Generator(ABC):
     def context_length(self) -> int:
         """Maximum prompt + completion tokens the model accepts."""
         return 2048
+
+
+class WrapsGenerator:
+    """Mixin of the classes that wrap one of ltrr's generators (``self.generator``): their
+    identity (a part of every cache key) and context length are the wrapped generator's.
+
+    The agent's continuation models use it directly; generator wrappers use `GeneratorWrapper`.
+    """
+
+    generator: Any
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    @property
+    def context_length(self) -> int:
+        return self.generator.context_length
+
+
+class GeneratorWrapper(WrapsGenerator, Generator):
+    """A `Generator` over another one (a cache, a recorder): backend, identity, context length
+    and token counts are the wrapped generator's, so prompts and cache keys are those the
+    wrapped generator would make. Subclasses store it as ``self.generator`` and implement
+    `generate`.
+    """
+
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        return self.generator.backend
+
+    def count_tokens(self, text: str) -> int:
+        return self.generator.count_tokens(text)
+
+    def count_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """Tokens of the chat ``messages`` as the wrapped generator's prompt."""
+        from ltrr.generation.prompts import count_prompt_tokens
+
+        return count_prompt_tokens(self.generator, messages)

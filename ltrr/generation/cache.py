@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._errors import ConfigError, NotBuiltError
-from ltrr.generation.base import DecodingParams, Generation, Generator
+from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 
 __all__ = ["GenerationCache", "CachedGenerator", "cache_key", "stats", "SCORE_PARAMS"]
 
@@ -358,7 +358,7 @@ def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
         return cache.stats()
 
 
-class CachedGenerator(Generator):
+class CachedGenerator(GeneratorWrapper):
     """Wrap a generator with a `GenerationCache`: only cache misses reach the backend.
 
     Counters: ``hits`` and ``misses`` (per prompt), ``generator_calls`` (prompts actually sent
@@ -409,26 +409,6 @@ class CachedGenerator(Generator):
         self.hits = 0
         self.misses = 0
         self.generator_calls = 0
-
-    @property
-    def backend(self) -> str:  # type: ignore[override]
-        return self.generator.backend
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    @property
-    def context_length(self) -> int:
-        return self.generator.context_length
-
-    def count_tokens(self, text: str) -> int:
-        return self.generator.count_tokens(text)
-
-    def count_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
-        from ltrr.generation.prompts import count_prompt_tokens
-
-        return count_prompt_tokens(self.generator, messages)
 
     @property
     def counters(self) -> dict[str, int]:

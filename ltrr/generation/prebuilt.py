@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._errors import DataError, NotBuiltError
-from ltrr.generation.base import DecodingParams, Generation, Generator
+from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 from ltrr.generation.cache import GenerationCache, cache_key
 
 __all__ = ["RecordingGenerator", "write_prebuilt", "read_prebuilt", "import_prebuilt", "prebuilt_path", "regenerate_sample"]
@@ -43,7 +43,7 @@ def prebuilt_path(name: str) -> Path:
     return Path(str(res))
 
 
-class RecordingGenerator(Generator):
+class RecordingGenerator(GeneratorWrapper):
     """Serves generations from a cache only and records every (key, prompt, generation).
 
     Used to export exactly the calls a labelling run made; a prompt missing from the cache is
@@ -55,26 +55,6 @@ class RecordingGenerator(Generator):
         self.generator = generator
         self.cache = cache
         self.records: dict[str, dict[str, Any]] = {}
-
-    @property
-    def backend(self) -> str:  # type: ignore[override]
-        return self.generator.backend
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    @property
-    def context_length(self) -> int:
-        return self.generator.context_length
-
-    def count_tokens(self, text: str) -> int:
-        return self.generator.count_tokens(text)
-
-    def count_prompt_tokens(self, messages):
-        from ltrr.generation.prompts import count_prompt_tokens
-
-        return count_prompt_tokens(self.generator, messages)
 
     def generate(self, prompts: Sequence[Any], params: DecodingParams | None = None) -> list[Generation]:
         return self._serve(list(prompts), params or DecodingParams())
