@@ -8,6 +8,8 @@
 - Cross-encoder rankers on text: ``transformer-pointwise``, ``transformer-pairwise``,
   ``transformer-listwise`` (`ltrr.rankers.transformer`).
 
+What a ranker needs (text, imputed features) is a tag of its class: `ranker_tags`.
+
 All follow `BaseRanker`'s contract: ``fit(X, y, qid=...)``, ``predict(X)``, ``rank(X, qid)``,
 ``save(dir)``/``load(dir)``. Library imports (xgboost, lightgbm, torch, transformers) happen
 inside ``fit``/``load``, so importing this package stays light.
@@ -28,6 +30,7 @@ from ltrr.rankers.gbdt import (
 )
 from ltrr.rankers.linear import RankSVMRanker, SVMPointwiseRanker
 from ltrr.rankers.neural import FFNPointwiseRanker, ListNetRanker, RankNetRanker
+from ltrr.rankers.tags import RankerTags, ranker_tags
 from ltrr.rankers.transformer import (
     TransformerListwiseRanker,
     TransformerPairwiseRanker,
@@ -40,6 +43,8 @@ __all__ = [
     "group_slices",
     "mean_ndcg",
     "ndcg_scorer",
+    "RankerTags",
+    "ranker_tags",
     "XGBoostPointwiseRanker",
     "XGBoostPairwiseRanker",
     "XGBoostListwiseRanker",

@@ -95,6 +95,15 @@ class BaseRanker(BaseEstimator):
     name: ClassVar[str] = "abstract"
     #: whether ``fit`` needs ``qid`` (False for pointwise rankers, which ignore it)
     requires_qid: ClassVar[bool] = True
+    #: whether ``fit``/``predict`` read text columns (``query_text``, ``arm_text``) beside
+    #: the numeric features (see `ltrr.rankers.ranker_tags`)
+    needs_text: ClassVar[bool] = False
+    #: whether NaN features are accepted (with the default parameters)
+    allows_nan: ClassVar[bool] = False
+    #: whether the ranker learns its own value for NaN features instead of needing them imputed
+    learns_missing: ClassVar[bool] = False
+    #: whether the ranker trains a torch module (imports torch in fit and load)
+    torch_based: ClassVar[bool] = False
     #: sklearn parameter constraints: {param: [constraint, ...]}; unlisted params are unchecked
     _parameter_constraints: ClassVar[dict] = {}
     # qid is data that belongs to fit: request it by default for sklearn's metadata routing,

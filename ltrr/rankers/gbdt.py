@@ -83,6 +83,8 @@ class _GBDTRanker(BaseRanker):
     _model_file: ClassVar[str]
     _model_format: ClassVar[str]
     _trains_on_dask: ClassVar[bool] = False
+    # the libraries learn a default split direction for NaN, not a fill value
+    allows_nan: ClassVar[bool] = True
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -289,6 +289,8 @@ class TorchRanker(BaseRanker):
     #: format tag written in ``ranker.json``'s state and in the safetensors metadata
     state_format: ClassVar[str] = "abstract"
     torch_based: ClassVar[bool] = True
+    allows_nan: ClassVar[bool] = True  # with the default missing="learned"
+    learns_missing: ClassVar[bool] = True
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -1,10 +1,9 @@
 """Cross-encoder rankers: a fine-tuned transformer encoder scoring (query, arm passages) pairs.
 
-Each row is a (query, arm) pair. The encoder reads ``[CLS] query [SEP] arm passages [SEP]``
-(the backbone tokenizer's pair template), its token states are pooled into one vector, and a
-linear head maps that vector, concatenated with the row's optional numeric features, to a
-score (the network: `ltrr.rankers.cross_encoder`). Encoder and head are fine-tuned together
-with one of the losses of `ltrr.rankers.torch_train`:
+Each row is a (query, arm) pair. The encoder reads ``[CLS] query [SEP] arm passages [SEP]``,
+its token states are pooled into one vector, and a linear head maps that vector, with the
+row's optional numeric features, to a score (the network: `ltrr.rankers.cross_encoder`).
+Encoder and head are fine-tuned together with a loss of `ltrr.rankers.torch_train`:
 
 - ``transformer-pointwise`` (`TransformerPointwiseRanker`): mean squared error;
 - ``transformer-pairwise`` (`TransformerPairwiseRanker`): RankNet's pairwise logistic loss;
@@ -19,8 +18,8 @@ embeddings are fine-tuned with the rest of the encoder, so the model learns a re
 of "no retrieval" rather than reading an empty segment. The other columns (or those named in
 ``feature_columns``) must be numeric. They are standardised on the training rows, NaN entries
 are filled as in the feed-forward rankers (``missing="learned"``: a learnable value per
-feature), and the result is concatenated to the pooled text vector before the linear head.
-Concatenation leaves the text path unchanged and lets the head weigh the features directly.
+feature), and the result is concatenated to the pooled text vector before the linear head
+(which leaves the text path unchanged and lets the head weigh the features directly).
 
 Backbone
 --------
@@ -96,6 +95,7 @@ class _CrossEncoderRanker(TorchRanker):
     """A fine-tuned cross-encoder; subclasses choose the loss."""
 
     state_format: ClassVar[str] = CROSS_ENCODER_FORMAT
+    needs_text: ClassVar[bool] = True
     _parameter_constraints: ClassVar[dict] = {
         **COMMON_CONSTRAINTS,
         # a str, not a Path: parameters are saved as JSON in ranker.json

@@ -22,15 +22,13 @@ from sklearn.exceptions import NotFittedError
 
 from ltrr._errors import DataError, NotBuiltError
 from ltrr._version import __version__
+from ltrr.rankers.tags import RankerTags, ranker_tags
 from ltrr.routers.reference import _frame
 from ltrr.routers.trainfree import Router, routers
 
 __all__ = ["LTRRouter", "ROUTER_FORMAT"]
 
 ROUTER_FORMAT = 1
-_TEXT_RANKERS = ("transformer-pointwise", "transformer-pairwise", "transformer-listwise")
-# rankers that take NaN features and learn their own fill value (no imputation)
-_LEARNED_MISSING = ("ffn-pointwise", "ffn-pairwise", "listnet-listwise")
 
 
 @routers.register("ltrr")
@@ -82,6 +80,17 @@ class LTRRouter(Router):
         self.random_state = random_state
 
     # ---- data assembly -------------------------------------------------------------------
+    @property
+    def _tags(self) -> RankerTags:
+        return ranker_tags(self.ranker)
+
+    @property
+    def _impute(self) -> bool:
+        """Whether the feature pipeline imputes NaN: not for a ranker that learns its own fill
+        value, except the cross-encoders, which have always been given imputed features (a
+        table with NaN would change their scores)."""
+        return not self._tags.learns_missing or self._tags.needs_text
+
     def _make_ranker(self):
         from ltrr.rankers import rankers
 
@@ -93,7 +102,7 @@ class LTRRouter(Router):
 
     def _matrix(self, raw, texts: pd.DataFrame | None):
         X = self.pipeline_.transform(raw)
-        if self.ranker not in _TEXT_RANKERS:
+        if not self._tags.needs_text:
             return X
         from ltrr.rankers.transformer import ARM_COLUMN, QUERY_COLUMN
 
@@ -145,7 +154,7 @@ class LTRRouter(Router):
         if np.isnan(y).any():
             missing = raw.table.loc[np.isnan(y), ["qid", "arm"]].iloc[0].tolist()
             raise DataError(f"labels lack the (qid, arm) pair {missing} that the raw features have")
-        self.pipeline_ = FeaturePipeline(self.features, impute=self.ranker not in _LEARNED_MISSING,
+        self.pipeline_ = FeaturePipeline(self.features, impute=self._impute,
                                          random_state=self.random_state).fit(raw)
         X = self._matrix(raw, texts)
         self.ranker_ = self._make_ranker().fit(X, y, qid=raw.table["qid"].astype(str).to_numpy())
@@ -168,7 +177,7 @@ class LTRRouter(Router):
         best first, ties to the earlier arm (as `ranking`). The per-query path: no pandas."""
         if not hasattr(self, "ranker_"):
             raise NotFittedError("LTRRouter is not fitted; call fit(raw, labels) or LTRRouter.load(folder)")
-        if self.ranker in _TEXT_RANKERS:
+        if self._tags.needs_text:
             raise DataError(f"ranker {self.ranker!r} reads passage text; use route(question) or route_scores(raw, texts=...)")
         if list(qraw.arms) != self.arms_:
             raise DataError(f"the router was trained on arms {self.arms_}, not {list(qraw.arms)}")
@@ -195,12 +204,12 @@ class LTRRouter(Router):
     @property
     def has_query_path(self) -> bool:
         """Whether `route_query` ranks one question from its `QueryRaw` (not for text rankers)."""
-        return self.ranker not in _TEXT_RANKERS
+        return not self._tags.needs_text
 
     def routing_inputs(self, queries: pd.DataFrame, results: pd.DataFrame) -> dict:
         """Extra `route_scores` inputs from the queries' pool search: the passages' text
         (``texts``) for a ranker that reads it, else nothing."""
-        if self.ranker not in _TEXT_RANKERS:
+        if not self._tags.needs_text:
             return {}
         texts = results.groupby(["qid", "arm"])["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
         texts["query_text"] = texts["qid"].map(queries.set_index("qid")["question"])

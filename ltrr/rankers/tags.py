@@ -1,0 +1,71 @@
+"""Ranker tags: what a ranker class needs and can do, read from the class, never from its name.
+
+Each `BaseRanker` subclass declares its tags as class attributes (``needs_text``,
+``allows_nan``, ``learns_missing``, ``torch_based``); `ranker_tags` reads them for a registry
+name, a class or an instance, so callers decide on a ranker before building one.
+
+Examples
+--------
+>>> from ltrr.rankers import ranker_tags
+>>> ranker_tags("transformer-pairwise").needs_text
+True
+>>> ranker_tags("lambdamart-listwise")
+RankerTags(needs_text=False, allows_nan=True, learns_missing=False, torch_based=False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ltrr._errors import ConfigError
+from ltrr.rankers.base import BaseRanker, rankers
+
+__all__ = ["RankerTags", "ranker_tags"]
+
+
+@dataclass(frozen=True)
+class RankerTags:
+    """The tags of one ranker class.
+
+    Attributes
+    ----------
+    needs_text : bool
+        ``X`` is a DataFrame with the text columns ``query_text`` and ``arm_text`` (the
+        cross-encoders), so a caller must join the passages' text to the feature table.
+    allows_nan : bool
+        NaN features are accepted with the default parameters.
+    learns_missing : bool
+        The ranker learns its own value for NaN features, so they need not be imputed.
+    torch_based : bool
+        The ranker trains a torch module.
+    """
+
+    needs_text: bool
+    allows_nan: bool
+    learns_missing: bool
+    torch_based: bool
+
+
+def ranker_tags(ranker: str | type | BaseRanker) -> RankerTags:
+    """The `RankerTags` of a ranker given by registry name, class or instance.
+
+    Raises
+    ------
+    ConfigError
+        An unknown name (the message lists the registered ones), or an object that is not a
+        ranker.
+    """
+    klass: Any = rankers.get(ranker) if isinstance(ranker, str) else ranker
+    if not isinstance(klass, type):
+        klass = type(klass)
+    if not issubclass(klass, BaseRanker):
+        raise ConfigError(
+            f"ranker_tags needs a ranker name, class or instance; got {klass.__name__}"
+        )
+    return RankerTags(
+        needs_text=bool(klass.needs_text),
+        allows_nan=bool(klass.allows_nan),
+        learns_missing=bool(klass.learns_missing),
+        torch_based=bool(klass.torch_based),
+    )
