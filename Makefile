@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   - create the environment if needed and run the main job on the embedded default
-#   make test   - create the environment if needed and run the whole test suite
+#   make test   - create the environment if needed, check the import layers (lint-imports, contracts
+#                 in setup.cfg) and run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -37,10 +38,10 @@ demo: env
 	$(BIN)/ltrr run demo
 
 test: env
-	$(BIN)/python -m pytest -q
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q
 
 unit: env
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -m "not slow"
 
 bench: env
 	$(BIN)/python benchmarks/retrieval.py

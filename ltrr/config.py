@@ -25,7 +25,7 @@ from typing import Any
 
 from ltrr._errors import ConfigError
 
-__all__ = ["Config", "load_config", "packaged_configs", "SCHEMA"]
+__all__ = ["Config", "load_config", "packaged_configs", "SCHEMA", "RUN_GENERATION_KEYS", "backend_settings"]
 
 _ANY = object()
 
@@ -159,6 +159,17 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
 _MAP_SECTIONS = ("retrievers", "rerankers")
 _OPEN_SECTIONS = ("generation",)  # extra keys are passed on to the backend
 _LIST_SECTIONS = ("arms",)
+
+# the [generation] keys the run reads itself (prompts, cache, packing); the others configure the
+# generator backend (`ltrr.generation.make_generator`)
+RUN_GENERATION_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens",
+                       "prebuilt", "context_budget")
+
+
+def backend_settings(generation: dict) -> dict:
+    """The keys of a ``[generation]`` table that configure the generator backend: all but
+    `RUN_GENERATION_KEYS`, which the run, the policy and the agent read themselves."""
+    return {k: v for k, v in generation.items() if k not in RUN_GENERATION_KEYS}
 
 
 def packaged_configs() -> list[str]:

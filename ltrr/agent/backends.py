@@ -26,42 +26,15 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
+from ltrr.agent.continuation import Continuation, finish_reason
 from ltrr.generation.base import DecodingParams, WrapsGenerator
 
 __all__ = ["Continuation", "ContinuationLM", "LlamaCppLM", "OpenAICompletionsLM", "TransformersLM",
            "continuation_lms", "hf_continue", "make_continuation_lm"]
-
-
-@dataclass
-class Continuation:
-    """What one continuation call produced.
-
-    Attributes
-    ----------
-    text : str
-        The new text, the stop string included when one ended it.
-    ids : list of int
-        The new token ids, exactly (token-level backends; empty for text-level ones).
-    n_tokens : int
-        New tokens (``len(ids)`` at token level; the server's or the local count otherwise).
-    finish : {"stop", "eos", "length", "error"}
-        A stop string, the end of sequence, the token cap, or a failed call.
-    error : str or None
-        Why the call failed.
-    """
-
-    text: str
-    ids: list[int] = field(default_factory=list)
-    n_tokens: int = 0
-    finish: str = "stop"
-    error: str | None = None
-    latency_s: float = 0.0
-    cached: bool = False
 
 
 class ContinuationLM(ABC):
@@ -114,12 +87,6 @@ class ContinuationLM(ABC):
     @abstractmethod
     def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
         """Continue the sequence: ``ids`` at token level, ``text`` at text level."""
-
-
-def _finish(text: str, new_ids: Sequence[int], eos: int | None, stops: Sequence[str]) -> str:
-    if any(s in text for s in stops):
-        return "stop"
-    return "eos" if eos is not None and eos in new_ids else "length"
 
 
 class _GeneratorLM(WrapsGenerator, ContinuationLM):
@@ -230,7 +197,7 @@ def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingPara
     new_ids = [int(i) for i in out[0, len(ids):].tolist()]
     new_text = tokenizer.decode(new_ids, skip_special_tokens=True)
     return Continuation(text=new_text, ids=new_ids, n_tokens=len(new_ids),
-                        finish=_finish(new_text, new_ids, eos, params.stop),
+                        finish=finish_reason(new_text, new_ids, eos, params.stop),
                         latency_s=time.perf_counter() - start)
 
 

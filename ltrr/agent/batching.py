@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ltrr._errors import ConfigError, GenerationError
-from ltrr.agent.backends import Continuation, _finish
+from ltrr.agent.continuation import Continuation, finish_reason
 from ltrr.generation.base import DecodingParams
 
 __all__ = ["hf_continue_batch", "rollout_many", "raise_on_model_errors"]
@@ -126,7 +126,7 @@ def hf_continue_batch(model: Any, tokenizer: Any, requests: Sequence[tuple[list[
     for i, p in enumerate(params):
         text = tokenizer.decode(new[i], skip_special_tokens=True)
         result.append(Continuation(text=text, ids=new[i], n_tokens=len(new[i]),
-                                   finish=_finish(text, new[i], eos, p.stop), latency_s=latency))
+                                   finish=finish_reason(text, new[i], eos, p.stop), latency_s=latency))
     return result
 
 

@@ -67,8 +67,8 @@ def policy_lm(run, policy: str | Path | None = None):
     """The policy model: a policy folder (SFT or RL, a Hugging Face folder), else the run's
     generator model, as a token-level `ltrr.agent.backends.ContinuationLM` where it can be one."""
     from ltrr.agent.backends import TransformersLM, make_continuation_lm
+    from ltrr.config import backend_settings
     from ltrr.generation.transformers_backend import TransformersGenerator
-    from ltrr.pipeline import _PIPELINE_GEN_KEYS
 
     policy = policy or run.config.agent["policy"]
     device = run.config.agent["device"]
@@ -78,7 +78,7 @@ def policy_lm(run, policy: str | Path | None = None):
             raise NotBuiltError(f"{folder}: no policy model (config.json and safetensors weights); "
                                 "train one with `ltrr agent sft CONFIG`")
         return TransformersLM(TransformersGenerator(str(folder), device=device))
-    gcfg = {k: v for k, v in run.config.generation.items() if k not in _PIPELINE_GEN_KEYS}
+    gcfg = backend_settings(run.config.generation)
     if gcfg.get("backend", "transformers") == "transformers":
         gcfg["device"] = device
     return make_continuation_lm(gcfg)

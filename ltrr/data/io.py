@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ltrr._errors import DataError, NotBuiltError
+from ltrr.data.atomic import write_table_atomic, write_text_atomic  # re-exported (__all__)
 from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
 
 __all__ = [
@@ -240,16 +241,6 @@ def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> 
     )
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
 def read_saved_meta(file: str | Path, missing: str) -> dict:
     """The JSON object of a saved model's metadata file (``router.json``, ``policy.json``, ...).
 
@@ -266,13 +257,3 @@ def read_saved_meta(file: str | Path, missing: str) -> dict:
     if not isinstance(meta, dict):
         raise DataError(f"{file}: expected a JSON object")
     return meta
-
-
-def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a Parquet table atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path

@@ -4,8 +4,10 @@
    likelihood score, replicate included) it lacks: a probe backend answers every miss with a
    failed generation, which the cache never stores, so nothing is generated or written.
 2. Each such chunk is a Dask task (``retries``; a lost worker's tasks are rescheduled by Dask,
-   up to ``distributed.scheduler.allowed-failures``). A worker process keeps one `Run` per
-   config, so its generator loads once, and writes to its own shard cache.
+   up to ``distributed.scheduler.allowed-failures``). A worker process keeps one run per
+   config, so its generator loads once, and writes to its own shard cache. It builds that run
+   with the driver's run class (``type(run)``, sent with the task), so this module, which sits
+   below the pipeline, never imports it.
 3. As shards finish they are merged into the run's cache (`GenerationCache.merge`: rows are
    checksummed and copied verbatim). The driver then labels from the cache in one process, so
    labels.parquet is byte-identical to a one-process run.
@@ -61,13 +63,15 @@ def missing_chunks(run, chunks: list[list[str]]) -> list[list[str]]:
     return out
 
 
-def _label_chunk(config: dict, shard_dir: str, qids: list[str]) -> dict:
-    """A Dask task: label ``qids`` into this worker's shard cache; returns the shard and counts."""
+def _label_chunk(run_class: type, config: dict, shard_dir: str, qids: list[str]) -> dict:
+    """A Dask task: label ``qids`` into this worker's shard cache; returns the shard and counts.
+
+    ``run_class`` is the driver's run class (`ltrr.pipeline.Run`), built here from ``config``.
+    """
     import json
 
     from ltrr import _log
     from ltrr.config import validate
-    from ltrr.pipeline import Run
 
     key = json.dumps(config, sort_keys=True)
     if key not in _RUNS:
@@ -75,7 +79,7 @@ def _label_chunk(config: dict, shard_dir: str, qids: list[str]) -> dict:
         cfg = dict(config)
         shard = Path(shard_dir) / f"worker-{os.getpid()}.sqlite"
         cfg["generation"] = {**cfg["generation"], "cache": str(shard), "prebuilt": ""}
-        run = Run(validate(cfg, "dask worker"), log=lambda m: None)
+        run = run_class(validate(cfg, "dask worker"), log=lambda m: None)
         _RUNS[key] = (run, run.make_generator())
     run, gen = _RUNS[key]
     t0, before = time.perf_counter(), gen.generator_calls
@@ -109,7 +113,7 @@ def fill_cache_on_dask(run, scheduler: str, *, use_cache: bool | None = None, ch
     with connected(scheduler, timeout=timeout) as client:
         from dask.distributed import as_completed  # importable once connect has checked Dask
 
-        futures = [client.submit(_label_chunk, cfg, str(shard_dir), chunk, key=f"ltrr-label-{i}-{chunk[0]}",
+        futures = [client.submit(_label_chunk, type(run), cfg, str(shard_dir), chunk, key=f"ltrr-label-{i}-{chunk[0]}",
                                  retries=retries, pure=False) for i, chunk in enumerate(todo)]
         with bar(total=len(futures), desc="dask chunks", unit="chunk") as pbar:
             for fut in as_completed(futures):

@@ -70,11 +70,11 @@ def arm_costs(run, labels: pd.DataFrame) -> tuple[dict[str, float], dict]:
 def _states(run, raw, pcfg):
     if pcfg["representation"] != "lm":
         return None, None
+    from ltrr.config import backend_settings
     from ltrr.generation import make_generator
-    from ltrr.pipeline import _PIPELINE_GEN_KEYS
     from ltrr.policy.states import question_states
 
-    gcfg = {k: v for k, v in run.config.generation.items() if k not in _PIPELINE_GEN_KEYS}
+    gcfg = backend_settings(run.config.generation)
     q = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
     t0 = time.perf_counter()
     states = question_states(make_generator(gcfg), [q[str(i)] for i in raw.qids], pooling=pcfg["pooling"],

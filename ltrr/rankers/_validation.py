@@ -55,6 +55,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from ltrr._errors import ConfigError, DataError, LtrrError
+from ltrr.rankers.registry import rankers
 
 __all__ = [
     "RankerParameterError",
@@ -122,8 +123,6 @@ def _as_data_error(exc: Exception, ranker: Any) -> Exception:
 
 
 def _nan_rankers() -> list[str]:
-    from ltrr.rankers.base import rankers  # lazy: base imports this module
-
     names = []
     for name in rankers.names():
         try:

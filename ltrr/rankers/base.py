@@ -42,13 +42,11 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
-from ltrr._registry import Registry
 from ltrr._version import __version__
 from ltrr.rankers._validation import RankerParameterError, check_qid
+from ltrr.rankers.registry import rankers
 
 __all__ = ["BaseRanker", "rankers", "group_slices", "mean_ndcg", "ndcg_scorer"]
-
-rankers: Registry = Registry("ranker")
 
 FORMAT_VERSION = 1
 META_FILE = "ranker.json"

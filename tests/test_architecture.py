@@ -1,0 +1,99 @@
+"""The architecture: import layers, no cycles, no private names across subpackages.
+
+The contracts live in setup.cfg (``[importlinter]``); `lint-imports` runs them in ``make test``
+and this test runs them in the suite, so a broken contract fails both.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ltrr"
+# ground-floor modules any part of ltrr may import by their private names
+GROUND = {"ltrr._errors", "ltrr._registry", "ltrr._log", "ltrr._tables", "ltrr._version"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _home(module: str) -> str:
+    """The subpackage (or top-level module) a module belongs to: ``ltrr.rankers.base`` -> ``ltrr.rankers``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports_across_subpackages(package: Path = PACKAGE) -> list[str]:
+    """``path:line: importer imports NAME from MODULE`` for every import, at any depth of the code
+    (lazy imports in functions included), of a private name from another subpackage."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        importer = _module_name(path)
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[tuple[str, str]] = []  # (module imported from, name or module imported)
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = importer.split(".")[: len(importer.split(".")) - node.level + (1 if is_pkg else 0)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets = [(source, a.name) for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [(a.name, "") for a in node.names]
+            for source, name in targets:
+                if not source.startswith("ltrr"):
+                    continue
+                full = f"{source}.{name}" if name else source
+                if full in GROUND or source in GROUND and not _private(name):
+                    continue
+                private_parts = [p for p in full.split(".")[1:] if _private(p)]
+                if private_parts and _home(full) != _home(importer) and full not in GROUND:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {importer} imports "
+                                 f"{name or source} from {source if name else 'ltrr'}")
+    return found
+
+
+def test_no_private_name_is_imported_from_another_subpackage():
+    assert private_imports_across_subpackages() == []
+
+
+def test_the_private_name_scan_finds_a_violation(tmp_path):
+    pkg = tmp_path / "ltrr"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "b").mkdir()
+    for f in ("__init__.py", "a/__init__.py", "b/__init__.py", "b/inner.py"):
+        (pkg / f).write_text("")
+    (pkg / "a" / "x.py").write_text("def f():\n    from ltrr.b.inner import _secret\n"
+                                    "from ltrr.a.y import _fine\nfrom ltrr._errors import ConfigError\n")
+    global ROOT
+    old, ROOT = ROOT, tmp_path
+    try:
+        found = private_imports_across_subpackages(pkg)
+    finally:
+        ROOT = old
+    assert found == ["ltrr/a/x.py:2: ltrr.a.x imports _secret from ltrr.b.inner"]
+
+
+@pytest.mark.timeout(120)
+def test_import_contracts_are_kept():
+    """`lint-imports` with the contracts of setup.cfg: layers, no cycles, private modules."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from importlinter.cli import "
+                                           "lint_imports_command as c; sys.exit(c())"]
+    res = subprocess.run([*cmd, str(ROOT / "setup.cfg"), "--no-cache"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "Contracts: 3 kept, 0 broken." in res.stdout
