@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     _log.configure()
     name = (argv or sys.argv[1:] or ["demo"])[0]
     run = Run(load_config(name))
-    labels, raw = run._inputs_for_training("bench")
+    labels, raw = run.training_inputs("bench")
     q = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
     part = design_test_partition(q.reset_index(drop=True), design_size=run.config.protocol["design_size"],
                                  random_state=run.config.seed)
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     res = {"config": name, "n_design": part.n_train, "n_test": part.n_test}
 
     def fit_and_score(tag):
-        router = run._router("ltrr", "lambdamart-listwise")
+        router = run.make_router("ltrr", "lambdamart-listwise")
         t0 = time.perf_counter()
         router.fit(raw.subset(part.train), lab_tr)
         res[f"{tag}_fit_seconds"] = round(time.perf_counter() - t0, 2)

@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/rankers.json")
     args = ap.parse_args()
     run = Run(load_config(args.config), log=lambda m: None)
-    labels, raw = run._inputs_for_training("benchmark")
+    labels, raw = run.training_inputs("benchmark")
     texts = None
     rows = []
     names = args.only.split(",") if args.only else rankers.names()
@@ -52,7 +52,7 @@ def main() -> None:
         sub = raw
         params = {}
         if text:
-            texts = texts if texts is not None else run._texts()
+            texts = texts if texts is not None else run.texts()
             rng = np.random.default_rng(0)
             keep = sorted(rng.choice(raw.qids, size=min(args.text_queries, len(raw.qids)), replace=False))
             sub = raw.subset(keep)

@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/routing.json")
     args = ap.parse_args()
     run = Run(load_config(args.config), log=lambda m: None)
-    labels, raw = run._inputs_for_training("benchmark")
+    labels, raw = run.training_inputs("benchmark")
     router = LTRRouter(ranker=args.ranker, random_state=0, ranker_params={"n_jobs": 1}).fit(raw, labels)
     pool = run.pool.load(run.index_dir)
     source = pool.embedding_source()

@@ -234,10 +234,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _print_route_hint(run, model_dir: Path) -> None:
-    import shlex
+    from ltrr.pipeline.stages import route_hint
 
-    _out(f"model: {model_dir}")
-    _out(f"try:   ltrr route {shlex.quote(str(model_dir))} {shlex.quote(run.example_question())}")
+    _out(route_hint(run, model_dir))
 
 
 def cmd_route(args: argparse.Namespace) -> int:
@@ -311,25 +310,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _print_results(run, paths) -> None:
-    """Where the full evaluation is: the tables and plots, not their cells."""
-    results = run.reports_dir / "results.json"
-    notes = json.loads(results.read_text()).get("notes", []) if results.exists() else []
-    for note in notes:
-        _out(f"note: {note}")
-    _out(f"\nfull tables (every router x split, Wilcoxon tests, headroom): {run.reports_dir / 'eval.md'}")
-    for k, v in sorted(paths.items()):
-        if k.startswith("plot_"):
-            _out(f"plot:   {v}")
+    from ltrr.pipeline.stages import results_notes
 
-
-def _print_headline(run, *, force: bool = False) -> None:
-    """The main job's headline: the pre-registered protocol on the config's seed (chosen on the
-    design part, read once on the test part; `ltrr protocol` adds the other partition seeds)."""
-    from ltrr.eval.headline import protocol_summary
-
-    doc = _protocol_docs(run, [run.config.seed], force=force)[0]
-    _out(f"\nHeadline ({run.workdir / 'protocol' / f'seed-{run.config.seed}'}):")
-    _out(protocol_summary([doc]))
+    _out(results_notes(run, paths))
 
 
 def _print_tables(run) -> None:
@@ -350,36 +333,16 @@ def _print_tables(run) -> None:
         _out(markdown_table(read("headroom.csv")))
 
 
-def _protocol_docs(run, seeds, *, force: bool = False, n_jobs: int | None = None) -> list[dict]:
-    """`run_protocol` for each seed (the replicate, when labelled, on the first), as `ltrr protocol` does."""
-    from ltrr.eval.headline import run_protocol
-
-    p = run.config.protocol
-    rep_path = run.labels_dir / "replicate.parquet"
-    replicate = None
-    if rep_path.exists():
-        import pandas as pd
-
-        replicate = pd.read_parquet(rep_path)
-    docs = []
-    for seed in seeds:
-        _log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
-        docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
-                                 train_labels=p["train_labels"], feature_sets=p["feature_sets"] or None,
-                                 n_folds=p["n_folds"], routers=p["routers"], n_jobs=n_jobs or p["n_jobs"],
-                                 replicate=replicate if seed == run.config.seed else None, force=force))
-    return docs
-
-
 def cmd_protocol(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.eval.headline import protocol_summary
     from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import protocol_docs
 
     cfg = load_config(args.config)
     run = Run(cfg, log=_log)
     seeds = [cfg.seed] + [int(s) for s in cfg.protocol["seeds"] if int(s) != cfg.seed]
-    _out(protocol_summary(_protocol_docs(run, seeds, force=args.force, n_jobs=args.n_jobs)))
+    _out(protocol_summary(protocol_docs(run, seeds, force=args.force, n_jobs=args.n_jobs)))
     return 0
 
 
@@ -419,39 +382,33 @@ def cmd_cache_export(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     import time
 
-    from ltrr._tables import markdown_table
     from ltrr.config import load_config
     from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import StageOptions, run_stages
 
     t0 = time.perf_counter()
     cfg = load_config(args.config)
     _log(f"ltrr run {cfg.name}: seed {cfg.seed}, workdir {cfg.workdir}")
     run = Run(cfg, log=_log)
-    run.run_all(force=args.force)
-    table = run.retrieval_report()
-    if table is not None:
-        table.index.name = "qtype"
-        _out("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):")
-        _out(markdown_table(table))
-    if args.retrieval_only:
-        _log(f"done in {time.perf_counter() - t0:.1f}s")
-        return 0
-    run.stage_label(force=args.force, tolerate_failures=True if args.tolerate_failures else None)
-    run.stage_features(force=args.force)
-    paths = run.stage_eval(force=args.force)
-    model = run.stage_train(force=args.force)
-    from ltrr.policy.run import stage_policy
-
-    policy = stage_policy(run, force=args.force)
-    if policy is not None:
-        from ltrr.policy.evaluate import budgets_markdown
-
-        _out("\nBudgeted routing policy (trained on the design part, measured on the test part):")
-        _out(budgets_markdown(policy, run.config.policy["trainers"]))
-    _print_route_hint(run, model)
-    _print_headline(run, force=args.force)
-    _print_results(run, paths)
+    options = StageOptions(force=args.force, tolerate_failures=True if args.tolerate_failures else None)
+    run_stages(run, until="retrieve" if args.retrieval_only else None, options=options, out=_out)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def cmd_retrieve(args: argparse.Namespace) -> int:
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import StageOptions, stages
+
+    run = Run(load_config(args.config), log=_log)
+    options = StageOptions(force=args.force)
+    done: dict = {}
+    for name in ("index", "retrieve"):  # retrieval needs the indexes: built once, kept when unchanged
+        done[name] = stages.get(name).execute(run, options)
+    text = stages.get("retrieve").report(run, done)
+    if text is not None:
+        _out(text)
     return 0
 
 
@@ -548,6 +505,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --answer: read the top 2 routed arms' passages packed into N tokens")
     ro.add_argument("--json", action="store_true")
     ro.set_defaults(func=cmd_route)
+
+    rt = sub.add_parser("retrieve", help="run every arm of a config's pool on its queries (-> <workdir>/retrieval)")
+    rt.add_argument("config")
+    rt.add_argument("--force", action="store_true", help="search again even if up to date")
+    rt.set_defaults(func=cmd_retrieve)
 
     ev = sub.add_parser("eval", help="compare routers on the configured splits with significance tests")
     ev.add_argument("config")

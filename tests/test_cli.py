@@ -146,19 +146,22 @@ def test_run_force_redoes_every_stage(env, monkeypatch):
             return ret
         return stage
 
-    monkeypatch.setattr(pipeline.Run, "run_all", record("run_all", {}))
+    monkeypatch.setattr(pipeline.Run, "stage_data", lambda self, force=False: None)
+    monkeypatch.setattr(pipeline.Run, "stage_index", lambda self: None)
+    monkeypatch.setattr(pipeline.Run, "stage_retrieve", record("retrieve"))
     monkeypatch.setattr(pipeline.Run, "retrieval_report", lambda self: None)
     monkeypatch.setattr(pipeline.Run, "stage_label", record("label"))
     monkeypatch.setattr(pipeline.Run, "stage_features", record("features"))
     monkeypatch.setattr(pipeline.Run, "stage_eval", record("eval", {}))
     monkeypatch.setattr(pipeline.Run, "stage_train", record("train", env / "model"))
-    monkeypatch.setattr("ltrr.cli._print_results", lambda run, paths: None)
-    monkeypatch.setattr("ltrr.cli._print_route_hint", lambda run, model: None)
-    monkeypatch.setattr("ltrr.cli._print_headline", lambda run, force: seen.__setitem__("headline", force))
+    monkeypatch.setattr("ltrr.pipeline.stages.protocol_docs",
+                        lambda run, seeds, force: [seen.__setitem__("headline", force)])
+    for report in ("route_hint", "headline_text", "results_notes"):
+        monkeypatch.setattr(f"ltrr.pipeline.stages.{report}", lambda *a: "")
     assert main(["run", str(cfg), "--force"]) == 0
-    assert seen == {"run_all": True, "label": True, "features": True, "eval": True, "train": True, "headline": True}
+    assert seen == {"retrieve": True, "label": True, "features": True, "eval": True, "train": True, "headline": True}
     assert main(["run", str(cfg)]) == 0
-    assert seen == {"run_all": False, "label": False, "features": False, "eval": False, "train": False,
+    assert seen == {"retrieve": False, "label": False, "features": False, "eval": False, "train": False,
                     "headline": False}
 
 

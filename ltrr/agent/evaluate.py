@@ -94,9 +94,9 @@ def _ltrr_top1(run, labels: pd.DataFrame, design: list[str], qids: list[str]) ->
     """qid -> the arm LTRR ranks first, the ranker trained on the design part."""
     from ltrr.routers.ltr import LTRRouter
 
-    _, raw = run._inputs_for_training("agent eval")
+    _, raw = run.training_inputs("agent eval")
     have = set(map(str, raw.qids))
-    params = run._router("ltrr", run.config.train["ranker"]).get_params()
+    params = run.make_router("ltrr", run.config.train["ranker"]).get_params()
     tr = [q for q in design if q in have]
     router = LTRRouter(**params).fit(raw.subset(tr), labels[labels["qid"].astype(str).isin(set(tr))])
     scores = router.route_scores(raw.subset([q for q in qids if q in have]))

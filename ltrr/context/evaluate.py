@@ -56,7 +56,7 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
         raise NotBuiltError(f"{path} does not exist: run `ltrr protocol CONFIG` first (packing is "
                             "measured with the router the protocol chose)")
     prereg = json.loads(path.read_text())
-    labels, raw = run._inputs_for_training("protocol")
+    labels, raw = run.training_inputs("protocol")
     queries = run.dataset.queries[run.dataset.queries["qid"].isin(set(labels["qid"]))].reset_index(drop=True)
     part = design_test_partition(queries, design_size=prereg["design_size"], random_state=seed)
     cand = next(c for c in prereg["candidates"] if c["router"] == prereg["router"])
@@ -169,7 +169,7 @@ def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, o
     from ltrr.metrics import parse_metric
 
     util = labels.set_index(["qid", "arm"])["utility"]
-    nr = run._no_retrieval()[0]
+    nr = run.no_retrieval_arms()[0]
     gcfg, lcfg = run.config.generation, run.config.labels
     template = load_template(gcfg["template"])
     packed = pd.DataFrame(packed_rows, columns=["qid", "arm", "rank", "docid", "score", "text"])

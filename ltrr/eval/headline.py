@@ -67,14 +67,14 @@ def _inputs_fingerprint(run, labels: pd.DataFrame, replicate: pd.DataFrame | Non
     for df in (labels, replicate):
         if df is not None:
             h.update(str(int(pd.util.hash_pandas_object(df.astype(str), index=False).sum())).encode())
-    h.update(str(run._fingerprint_of("features")).encode())
+    h.update(str(run.fingerprint_of("features")).encode())
     return h.hexdigest()[:16]
 
 
 def _candidate_router(run, cand: dict):
     """The unfitted router of candidate ``cand`` (an LTRRouter of the run, or a router spec)."""
     if cand["ranker"] is not None:
-        return run._router("ltrr", cand["ranker"]).set_params(label=cand["label"], features=cand["features"])
+        return run.make_router("ltrr", cand["ranker"]).set_params(label=cand["label"], features=cand["features"])
     from ltrr.routers import make_router
 
     return make_router(cand["spec"])
@@ -186,7 +186,7 @@ def run_protocol(
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
         raise ConfigError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     seed = run.config.seed if seed is None else int(seed)
-    labels, raw = run._inputs_for_training("protocol")
+    labels, raw = run.training_inputs("protocol")
     out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
     inputs = _inputs_fingerprint(run, labels, replicate, design_size=design_size, seed=seed, rankers=list(rankers),
                                  train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
@@ -198,7 +198,7 @@ def run_protocol(
             run.log(f"[protocol] seed {seed}: skipped, inputs unchanged ({done})")
             return old
     U = utility_matrix(labels)
-    nr = run._no_retrieval()[0]
+    nr = run.no_retrieval_arms()[0]
     queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
     part = design_test_partition(queries, design_size=design_size, random_state=seed)
     lab_idx = labels.set_index("qid")

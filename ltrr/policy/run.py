@@ -59,7 +59,7 @@ def arm_costs(run, labels: pd.DataFrame) -> tuple[dict[str, float], dict]:
     if "prompt_tokens" not in labels.columns:
         raise ConfigError("[policy] cost = 'tokens' needs the labels' prompt_tokens; relabel with this ltrr")
     tokens = labels.groupby("arm")["prompt_tokens"].mean()
-    nr = run._no_retrieval()[0]
+    nr = run.no_retrieval_arms()[0]
     added = (tokens - tokens[nr]).clip(lower=0.0)
     lat = _latency(run)
     costs = {a: float(added.get(a, 0.0) + pcfg["latency_weight"] * lat[a]) for a in run.pool.arm_names}
@@ -87,7 +87,7 @@ def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None, seed
 
     pcfg = run.config.policy
     seed = run.config.seed if seed is None else seed
-    ltr = run._router("ltrr", run.config.train["ranker"]).get_params()
+    ltr = run.make_router("ltrr", run.config.train["ranker"]).get_params()
     return PolicyRouter(budget, costs=costs, representation=pcfg["representation"], trainer=trainer,
                         ltr=ltr, policy_params=pcfg["params"], n_folds=pcfg["n_folds"],
                         lm=lm, random_state=seed)
@@ -106,7 +106,7 @@ def train_policy(run, budget: float | None = None, *, representation: str | None
         pcfg["representation"] = representation
     run.config.policy = pcfg
     trainer = trainer or pcfg["trainers"][0]
-    labels, raw = run._inputs_for_training("policy")
+    labels, raw = run.training_inputs("policy")
     costs, record = arm_costs(run, labels)
     if budget is None:
         budget = pcfg["budget"] * max(costs.values())
@@ -150,7 +150,7 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     inner_seed = seed if inner_seed is None else int(inner_seed)
     fractions = list(fractions or pcfg["fractions"])
     trainers = list(trainers or pcfg["trainers"])
-    labels, raw = run._inputs_for_training("policy")
+    labels, raw = run.training_inputs("policy")
     costs, record = arm_costs(run, labels)
     queries = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
     part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
@@ -198,7 +198,7 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     ltr_test = s.loc[test_ids, arms].to_numpy(float)
     train_ids = [str(q) for q in base.train_qids_]
     doc = evaluate_budgets(make_policy, U.loc[train_ids].to_numpy(float), U.loc[test_ids].to_numpy(float),
-                           np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run._no_retrieval()[0],
+                           np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run.no_retrieval_arms()[0],
                            fractions, trainers)
     doc.update(costs_record=record, representation=pcfg["representation"], seed=seed,
                first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on, params=pcfg["params"])
@@ -233,10 +233,10 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
     if not pcfg["enabled"]:
         return None
     fp = hashlib.sha256(json.dumps({"policy": pcfg, "train": run.config.train, "protocol": run.config.protocol,
-                                    "label": run._fingerprint_of("label"), "features": run._fingerprint_of("features"),
+                                    "label": run.fingerprint_of("label"), "features": run.fingerprint_of("features"),
                                     "seed": run.config.seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
     out = eval_dir(run, pcfg) / "eval.json"
-    if not force and run._fresh("policy", fp, [out]):
+    if not force and run.is_fresh("policy", fp, [out]):
         run.log(f"[policy] skipped: inputs unchanged, evaluation in {out.parent}")
         return json.loads(out.read_text())
     t0 = time.perf_counter()
@@ -246,6 +246,6 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
     doc = evaluate_policy(run)
     folder = train_policy(run)
     doc["saved_policy"] = str(folder)
-    run._record("policy", fp, time.perf_counter() - t0, policy=str(folder))
+    run.record("policy", fp, time.perf_counter() - t0, policy=str(folder))
     run.log(f"[policy] done in {time.perf_counter() - t0:.1f}s -> {out.parent}")
     return doc

@@ -8,7 +8,6 @@ the next run redoes (or, for labelling, resumes) it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -18,14 +17,17 @@ import pandas as pd
 
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import bar, logger, progress_enabled
-from ltrr._run_labels import ReplicateAndExport
 from ltrr._tables import markdown_table
-from ltrr.config import Config
+from ltrr.config import Config, backend_settings
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
 from ltrr.data.sample import stratified_sample as _stratified_sample
+from ltrr.pipeline._common import input_fingerprint
+from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
+from ltrr.rankers.tags import ranker_tags
 
 __all__ = ["Run", "STAGES"]
 
+# the stages with a method here, in run order (`ltrr.pipeline.stages.RUN_ORDER` adds policy and headline)
 STAGES = ("data", "index", "retrieve", "label", "features", "eval", "train")
 
 DEFAULT_RANKERS = (
@@ -34,15 +36,9 @@ DEFAULT_RANKERS = (
 )
 TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
 
-_PIPELINE_GEN_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chunk_size", "max_prompt_tokens", "prebuilt",
-                      "context_budget")
 
 
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-class Run(ReplicateAndExport):
+class Run:
     """One configured run: resolves paths, runs stages, skips up-to-date ones.
 
     Parameters
@@ -83,7 +79,7 @@ class Run(ReplicateAndExport):
         return self.workdir / "stages" / f"{stage}.json"
 
     # ---- stage bookkeeping ---------------------------------------------------------------
-    def _fresh(self, stage: str, fingerprint: str, outputs: list[Path]) -> bool:
+    def is_fresh(self, stage: str, fingerprint: str, outputs: list[Path]) -> bool:
         rec = self.stage_record(stage)
         missing = [str(p) for p in outputs if not p.exists()]
         if not rec.exists() or missing:
@@ -97,7 +93,7 @@ class Run(ReplicateAndExport):
         logger.debug(f"[{stage}] input fingerprint {fingerprint}, recorded {old}")
         return old == fingerprint
 
-    def _record(self, stage: str, fingerprint: str, seconds: float, **info) -> None:
+    def record(self, stage: str, fingerprint: str, seconds: float, **info) -> None:
         write_text_atomic(self.stage_record(stage),
                           json.dumps({"fingerprint": fingerprint, "seconds": round(seconds, 2), **info}, indent=2))
 
@@ -178,8 +174,8 @@ class Run(ReplicateAndExport):
         }
         if self._token_generator is not None:  # a packed arm's passages depend on the tokenizer
             inputs["tokenizer"] = self._token_generator.generator.identity
-        fp = _hash(inputs)
-        if not force and self._fresh("retrieve", fp, [self.results_path]):
+        fp = input_fingerprint(inputs)
+        if not force and self.is_fresh("retrieve", fp, [self.results_path]):
             self.log(f"[retrieve] skipped: inputs unchanged, results in {self.results_path}")
             return self.results_path
         t0 = time.perf_counter()
@@ -187,7 +183,7 @@ class Run(ReplicateAndExport):
         self.pool.load(self.index_dir)
         results = self.pool.search(ds.queries, show_progress=progress_enabled())
         write_table_atomic(results, self.results_path)
-        self._record("retrieve", fp, time.perf_counter() - t0, rows=len(results))
+        self.record("retrieve", fp, time.perf_counter() - t0, rows=len(results))
         self.log(f"[retrieve] {len(results)} rows for {len(ds.queries)} queries x {len(self.pool.arm_names)} arms "
                  f"in {time.perf_counter() - t0:.1f}s -> {self.results_path}")
         return self.results_path
@@ -205,7 +201,7 @@ class Run(ReplicateAndExport):
         from ltrr.generation import make_generator
         from ltrr.generation.cache import CachedGenerator, GenerationCache
 
-        gcfg = {k: v for k, v in self.config.generation.items() if k not in _PIPELINE_GEN_KEYS}
+        gcfg = backend_settings(self.config.generation)
         try:
             backend = make_generator(gcfg)
         except Exception as exc:
@@ -220,125 +216,18 @@ class Run(ReplicateAndExport):
                     tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
                     only: Sequence[str] | None = None, scheduler: str | None = None,
                     scheduler_timeout: float = 30.0, generator=None) -> Path:
-        """Label every (query, arm) with the utility gain of the arm's passages.
+        """Label every (query, arm) with the utility gain of the arm's passages
+        (`ltrr.pipeline.labels.label_stage`)."""
+        return label_stage(self, force=force, use_cache=use_cache, tolerate_failures=tolerate_failures, shard=shard,
+                           only=only, scheduler=scheduler, scheduler_timeout=scheduler_timeout, generator=generator)
 
-        With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, and its share of
-        the replicate, to fill the shared generation cache from n processes at once; no labels
-        table is written then. ``only`` (query ids) does the same for those queries (a Dask
-        task). ``scheduler`` (``local[:N]`` or ``tcp://HOST:PORT``) first fills the cache on Dask
-        workers (`ltrr.dist.label.fill_cache_on_dask`), then labels from it here. ``generator``
-        (a `CachedGenerator`) replaces the configured one (a worker keeps its model loaded).
-        """
-        from ltrr.generation import load_template
-        from ltrr.labels import (
-            label_queries,
-            raise_for_failures,
-            summarise,
-            summary_markdown,
-            write_labels,
-        )
-        from ltrr.metrics import parse_metric, parse_metrics
+    def replicate_queries(self, queries: pd.DataFrame) -> pd.DataFrame:
+        """The queries of the replicate labels: the protocol's test part, or all."""
+        return replicate_queries(self, queries)
 
-        lcfg, gcfg = self.config.labels, self.config.generation
-        tolerate = lcfg["tolerate_failures"] if tolerate_failures is None else tolerate_failures
-        ds = self.dataset
-        if not self.results_path.exists():
-            raise NotBuiltError(f"stage label needs the retrieval results {self.results_path}; run the retrieve stage (ltrr run)")
-        results = pd.read_parquet(self.results_path)
-        pool = self.pool
-        arms = pool.arm_names
-        nr = [a.name for a in pool.arms if a.is_no_retrieval]
-        if not nr:
-            raise ConfigError("stage label: the pool needs a no-retrieval arm (retriever = \"none\"): gains are measured against it")
-        noise_arm = None
-        if lcfg["noise_floor"]:
-            noise_arm = lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)
-        template = load_template(gcfg["template"])
-        fp = _hash({"labels": lcfg, "generation": gcfg, "retrieve": self._fingerprint_of("retrieve"),
-                    # the replicate's test part follows the protocol's partition
-                    "partition": self.config.protocol["design_size"] if lcfg["replicate_template"] else None})
-        out = self.labels_dir / "labels.parquet"
-        if scheduler and shard is None and only is None and (force or not self._fresh("label", fp, [out])):
-            from ltrr.dist.label import fill_cache_on_dask
-
-            fill_cache_on_dask(self, scheduler, use_cache=use_cache, timeout=scheduler_timeout)
-        if not force and shard is None and only is None and self._fresh("label", fp, [out]):
-            self.log(f"[label] skipped: inputs unchanged, labels in {out}")
-            return out
-        try:
-            metric = parse_metric(lcfg["metric"])
-            extras = parse_metrics(lcfg["extra_metrics"]) if lcfg["extra_metrics"] else []
-        except LtrrError as exc:
-            raise ConfigError(f"stage label: [labels] {exc}") from None
-        given = generator is not None
-        generator = generator if given else self.make_generator(use_cache=use_cache)
-        if gcfg["prebuilt"] and generator.enabled and not given:
-            from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
-
-            added = import_prebuilt(prebuilt_path(gcfg["prebuilt"]), generator.cache)
-            self.log(f"[label] prebuilt generation cache {gcfg['prebuilt']!r}: sha256 verified, {added} new rows imported")
-        judge = None
-        if metric.needs_judge or any(m.needs_judge for m in extras):
-            if not lcfg["judge"]:
-                raise ConfigError("stage label: metric needs a judge; set [labels.judge] (a generator config)")
-            from ltrr.generation import make_generator
-            from ltrr.generation.cache import CachedGenerator
-
-            judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
-        scorer = metric.bind(judge=judge)
-        extra_scorers = {str(m): m.bind(judge=judge) for m in extras}
-        queries = ds.queries
-        if shard is not None:
-            i, n = shard
-            if not (0 <= i < n):
-                raise ConfigError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
-            queries = queries.iloc[i::n].reset_index(drop=True)
-        elif only is not None:
-            queries = queries[queries["qid"].astype(str).isin(set(map(str, only)))].reset_index(drop=True)
-            shard = (0, 1)  # cache only, as a shard
-        n_items = len(queries) * len(arms)
-        self.log(f"[label] start: {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
-                 f"template {template.identity}, metric {metric}; cache {self.cache_path}")
-        t0 = time.perf_counter()
-        with bar(total=n_items, desc="label", unit="item") as pbar:
-            run = label_queries(
-                queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
-                template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
-                noise_arm=noise_arm, seed=self.config.seed, chunk_size=gcfg["chunk_size"],
-                max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
-                likelihood=lcfg["likelihood"],
-                params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
-            )
-        summary = summarise(run.labels, run.noise, seed=self.config.seed)
-        summary["generator_calls"] = generator.generator_calls
-        summary["cache_hits"] = generator.hits
-        summary["seconds"] = round(time.perf_counter() - t0, 1)
-        if shard is not None:
-            if lcfg["replicate_template"]:  # the shard's share of the replicate, into the cache only
-                self._label_replicate(ds.queries, results, arms, nr[0], generator, scorer, metric, extra_scorers,
-                                      run.labels, only=set(queries["qid"].astype(str)))
-                summary["generator_calls"] = generator.generator_calls
-            self.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
-                     f"in {summary['seconds']:.1f}s; cache {self.cache_path} (no labels table written)")
-            return self.cache_path
-        if lcfg["replicate_template"]:
-            summary["replicate"] = self._label_replicate(queries, results, arms, nr[0], generator, scorer, metric,
-                                                         extra_scorers, run.labels)
-            if not summary.get("noise_floor"):
-                # no permutation control (pointless with k = 1): the replicate measures the noise
-                rep = summary["replicate"]
-                summary["noise_floor"] = {
-                    "arm": f"every arm under {rep['template']}", "mean_abs_diff": rep["mean_abs_diff"],
-                    "disagreement_rate": rep["disagreement_rate"],
-                    "share_of_headroom": rep["mean_abs_diff"] / summary["headroom"] if summary["headroom"] > 0 else float("nan")}
-            summary["generator_calls"], summary["cache_hits"] = generator.generator_calls, generator.hits
-        write_labels(run, summary, self.labels_dir)
-        self.log(summary_markdown(summary))
-        self.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
-                 f"{summary['seconds']:.1f}s -> {out}")
-        raise_for_failures(summary, tolerate)
-        self._record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
-        return out
+    def export_generations(self, out: Path) -> dict:
+        """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""
+        return export_generations(self, out)
 
     @property
     def features_dir(self) -> Path:
@@ -348,10 +237,10 @@ class Run(ReplicateAndExport):
     def reports_dir(self) -> Path:
         return self.workdir / "reports"
 
-    def _no_retrieval(self) -> list[str]:
+    def no_retrieval_arms(self) -> list[str]:
         return [a.name for a in self.pool.arms if a.is_no_retrieval]
 
-    def _need(self, stage: str, path: Path, producer: str) -> None:
+    def need(self, stage: str, path: Path, producer: str) -> None:
         if not path.exists():
             raise NotBuiltError(f"stage {stage} needs {path}, the output of stage {producer}; run `ltrr run` (or `ltrr {producer}`) first")
 
@@ -359,37 +248,37 @@ class Run(ReplicateAndExport):
         """Raw routing features of every (query, arm) -> features/<run>/ (Parquet + .npy)."""
         from ltrr.features import extract_raw, write_feature_tables
 
-        self._need("features", self.results_path, "retrieve")
+        self.need("features", self.results_path, "retrieve")
         rec = self.stage_record("retrieve")
-        fp = _hash({"retrieve": json.loads(rec.read_text())["fingerprint"] if rec.exists() else None,
+        fp = input_fingerprint({"retrieve": json.loads(rec.read_text())["fingerprint"] if rec.exists() else None,
                     "features": self.config.features})
         out = self.features_dir / "raw.parquet"
-        if not force and self._fresh("features", fp, [out]):
+        if not force and self.is_fresh("features", fp, [out]):
             self.log(f"[features] skipped: inputs unchanged, tables in {self.features_dir}")
             return self.features_dir
         t0 = time.perf_counter()
         self.log(f"[features] start: {len(self.dataset.queries)} queries x {len(self.pool.arm_names)} arms")
         results = pd.read_parquet(self.results_path)
         pool = self.pool.load(self.index_dir)
-        raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self._no_retrieval(),
+        raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self.no_retrieval_arms(),
                           embedding_source=pool.embedding_source(), show_progress=progress_enabled())
         write_feature_tables(raw, self.features_dir)
         dt = time.perf_counter() - t0
-        self._record("features", fp, dt, rows=len(raw))
+        self.record("features", fp, dt, rows=len(raw))
         self.log(f"[features] {len(raw)} (query, arm) rows in {dt:.1f}s, loading the indexes and encoding the "
                  f"queries included -> {self.features_dir}")
         return self.features_dir
 
-    def _inputs_for_training(self, stage: str = "train"):
+    def training_inputs(self, stage: str = "train"):
         from ltrr.features import read_feature_tables
 
-        self._need(stage, self.labels_dir / "labels.parquet", "label")
-        self._need(stage, self.features_dir / "raw.parquet", "features")
+        self.need(stage, self.labels_dir / "labels.parquet", "label")
+        self.need(stage, self.features_dir / "raw.parquet", "features")
         labels = pd.read_parquet(self.labels_dir / "labels.parquet")
         raw = read_feature_tables(self.features_dir)
         return labels, raw
 
-    def _texts(self) -> pd.DataFrame:
+    def texts(self) -> pd.DataFrame:
         results = pd.read_parquet(self.results_path)
         t = results.groupby(["qid", "arm"], sort=False)["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
         q = self.dataset.queries.set_index("qid")["question"]
@@ -399,7 +288,7 @@ class Run(ReplicateAndExport):
         full["query_text"] = full["qid"].map(q)
         return full
 
-    def _router(self, name: str, ranker: str | None = None):
+    def make_router(self, name: str, ranker: str | None = None):
         from ltrr.routers import routers
 
         if ranker is not None:
@@ -414,10 +303,10 @@ class Run(ReplicateAndExport):
         if name == "random":
             return klass(random_state=self.config.seed)
         if name == "no-retrieval":
-            return klass(arm=self._no_retrieval()[0])
+            return klass(arm=self.no_retrieval_arms()[0])
         return klass()
 
-    def _fingerprint_of(self, stage: str) -> str | None:
+    def fingerprint_of(self, stage: str) -> str | None:
         rec = self.stage_record(stage)
         return json.loads(rec.read_text())["fingerprint"] if rec.exists() else None
 
@@ -429,13 +318,13 @@ class Run(ReplicateAndExport):
         when the labels, features, ranker parameters and seed are unchanged.
         """
         ranker = ranker or self.config.train["ranker"]
-        labels, raw = self._inputs_for_training()
+        labels, raw = self.training_inputs()
         out = self.workdir / "models" / ranker
-        fp = _hash({"label": self._fingerprint_of("label"), "features": self._fingerprint_of("features"),
+        fp = input_fingerprint({"label": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
                     "ranker": ranker, "params": self.config.train["params"].get(ranker),
                     "feature_set": self.config.features["set"], "seed": self.config.seed})
         record = f"train-{ranker}"
-        if not force and self._fresh(record, fp, [out / "router.json"]):
+        if not force and self.is_fresh(record, fp, [out / "router.json"]):
             self.log(f"[train] skipped: inputs unchanged, router in {out}")
             return out
         from ltrr.rankers.convergence import convergence_notes as _convergence_notes
@@ -443,10 +332,10 @@ class Run(ReplicateAndExport):
             recorded_convergence_warnings as _recorded_convergence_warnings,
         )
 
-        texts = self._texts() if ranker.startswith("transformer-") else None
+        texts = self.texts() if ranker_tags(ranker).needs_text else None
         t0 = time.perf_counter()
         self.log(f"[train] start: {ranker} on {labels['qid'].nunique()} labelled queries")
-        router = self._router("ltrr", ranker)
+        router = self.make_router("ltrr", ranker)
         try:
             with _recorded_convergence_warnings() as notes:
                 router.fit(raw, labels, texts=texts)
@@ -456,7 +345,7 @@ class Run(ReplicateAndExport):
             self.log(f"[train] warning: {ranker}: {note}")
         router.save(out)
         dt = time.perf_counter() - t0
-        self._record(record, fp, dt, ranker=ranker, n_train_queries=router.n_train_queries_)
+        self.record(record, fp, dt, ranker=ranker, n_train_queries=router.n_train_queries_)
         self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {dt:.1f}s -> {out}")
         return out
 
@@ -475,14 +364,14 @@ class Run(ReplicateAndExport):
             recorded_convergence_warnings as _recorded_convergence_warnings,
         )
 
-        labels, raw = self._inputs_for_training("eval")
+        labels, raw = self.training_inputs("eval")
         ecfg, tcfg = self.config.eval, self.config.train
         rankers = list(tcfg["rankers"] or DEFAULT_RANKERS)
-        fp = _hash({"labels": json.loads(self.stage_record("label").read_text())["fingerprint"] if self.stage_record("label").exists() else None,
+        fp = input_fingerprint({"labels": json.loads(self.stage_record("label").read_text())["fingerprint"] if self.stage_record("label").exists() else None,
                     "features": json.loads(self.stage_record("features").read_text())["fingerprint"] if self.stage_record("features").exists() else None,
                     "eval": ecfg, "train": tcfg, "seed": self.config.seed})
         out = self.reports_dir / "results.csv"
-        if not force and self._fresh("eval", fp, [out]):
+        if not force and self.is_fresh("eval", fp, [out]):
             self.log(f"[eval] skipped: inputs unchanged, report in {self.reports_dir}")
             return {"report": self.reports_dir / "eval.md"}
         t0 = time.perf_counter()
@@ -496,7 +385,7 @@ class Run(ReplicateAndExport):
                                  n_folds=ecfg["n_folds"], random_state=self.config.seed)
         except LtrrError as exc:
             raise type(exc)(f"stage eval: {exc}") from None
-        texts = self._texts() if any(r.startswith("transformer-") for r in rankers) else None
+        texts = self.texts() if any(ranker_tags(r).needs_text for r in rankers) else None
         predictions: dict[str, dict] = {}
         importances: dict[str, float] = {}
         lab_idx = labels.set_index("qid")
@@ -508,9 +397,9 @@ class Run(ReplicateAndExport):
             train_labels = lab_idx.loc[lab_idx.index.isin(split.train)].reset_index()
             preds = {}
             for name in (*TRAIN_FREE, "random", "no-retrieval"):
-                preds[name] = _wide(self._router(name).fit(train_raw, train_labels).route_scores(test_raw))
+                preds[name] = _wide(self.make_router(name).fit(train_raw, train_labels).route_scores(test_raw))
             for rk in rankers:
-                router = self._router("ltrr", rk)
+                router = self.make_router("ltrr", rk)
                 try:
                     with _recorded_convergence_warnings() as notes:
                         router.fit(train_raw, train_labels, texts=texts)
@@ -525,20 +414,20 @@ class Run(ReplicateAndExport):
         summary_path = self.labels_dir / "summary.json"
         if summary_path.exists():
             nf = json.loads(summary_path.read_text()).get("noise_floor", {}).get("share_of_headroom", float("nan"))
-        ev = evaluate_splits(U, splits, predictions, costs=self.pool.costs, no_retrieval=self._no_retrieval()[0],
+        ev = evaluate_splits(U, splits, predictions, costs=self.pool.costs, no_retrieval=self.no_retrieval_arms()[0],
                              queries=queries, gains=gains, noise_floor=nf, correction=ecfg["correction"],
                              k=ecfg["k"], n_resamples=ecfg["n_bootstrap"], random_state=self.config.seed)
         ev.meta["warnings"] = warned
         paths = write_report(ev, self.reports_dir)
         pdir = self.reports_dir / "plots"
         paths["plot_utility"] = plots.plot_utility(ev.table, pdir / "utility.png")
-        paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png", no_retrieval=self._no_retrieval()[0])
+        paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png", no_retrieval=self.no_retrieval_arms()[0])
         if not ev.by_type.empty:
             paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / "per_type.png")
         if importances:
             paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / "feature_importance.png")
         paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / "cost_utility.png")
-        self._record("eval", fp, time.perf_counter() - t0)
+        self.record("eval", fp, time.perf_counter() - t0)
         self.log(f"[eval] {len(splits)} splits x {len(predictions[splits[0].name])} routers in {time.perf_counter() - t0:.1f}s")
         return paths
 
@@ -558,13 +447,6 @@ class Run(ReplicateAndExport):
         table.index.name = "qtype"
         (out / "retrieval_recall.md").write_text(markdown_table(table) + "\n")
         return table
-
-    def run_all(self, *, force: bool = False) -> dict[str, Path]:
-        """Run the stages in order; returns the paths of the outputs."""
-        out = {"data": self.stage_data(force=False)}
-        out["index"] = self.stage_index()
-        out["retrieve"] = self.stage_retrieve(force=force)
-        return out
 
 
 def _wide(scores: pd.DataFrame) -> pd.DataFrame:

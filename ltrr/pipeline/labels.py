@@ -1,0 +1,229 @@
+"""The label stage, its replicate labels and the export of a run's generations, over a `Run`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ltrr._errors import ConfigError, LtrrError, NotBuiltError
+from ltrr._log import bar
+from ltrr.data.io import write_table_atomic
+from ltrr.pipeline._common import input_fingerprint
+
+if TYPE_CHECKING:
+    from ltrr.pipeline.run import Run
+
+__all__ = ["label_stage", "replicate_queries", "label_replicate", "export_generations"]
+
+
+def label_stage(run: Run, *, force: bool = False, use_cache: bool | None = None,
+                tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
+                only: Sequence[str] | None = None, scheduler: str | None = None,
+                scheduler_timeout: float = 30.0, generator=None) -> Path:
+    """Label every (query, arm) with the utility gain of the arm's passages.
+
+    With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, and its share of
+    the replicate, to fill the shared generation cache from n processes at once; no labels
+    table is written then. ``only`` (query ids) does the same for those queries (a Dask
+    task). ``scheduler`` (``local[:N]`` or ``tcp://HOST:PORT``) first fills the cache on Dask
+    workers (`ltrr.dist.label.fill_cache_on_dask`), then labels from it here. ``generator``
+    (a `CachedGenerator`) replaces the configured one (a worker keeps its model loaded).
+    """
+    from ltrr.generation import load_template
+    from ltrr.labels import (
+        label_queries,
+        raise_for_failures,
+        summarise,
+        summary_markdown,
+        write_labels,
+    )
+    from ltrr.metrics import parse_metric, parse_metrics
+
+    lcfg, gcfg = run.config.labels, run.config.generation
+    tolerate = lcfg["tolerate_failures"] if tolerate_failures is None else tolerate_failures
+    ds = run.dataset
+    if not run.results_path.exists():
+        raise NotBuiltError(f"stage label needs the retrieval results {run.results_path}; run the retrieve stage (ltrr run)")
+    results = pd.read_parquet(run.results_path)
+    pool = run.pool
+    arms = pool.arm_names
+    nr = [a.name for a in pool.arms if a.is_no_retrieval]
+    if not nr:
+        raise ConfigError("stage label: the pool needs a no-retrieval arm (retriever = \"none\"): gains are measured against it")
+    noise_arm = None
+    if lcfg["noise_floor"]:
+        noise_arm = lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)
+    template = load_template(gcfg["template"])
+    fp = input_fingerprint({"labels": lcfg, "generation": gcfg, "retrieve": run.fingerprint_of("retrieve"),
+                # the replicate's test part follows the protocol's partition
+                "partition": run.config.protocol["design_size"] if lcfg["replicate_template"] else None})
+    out = run.labels_dir / "labels.parquet"
+    if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
+        from ltrr.dist.label import fill_cache_on_dask
+
+        fill_cache_on_dask(run, scheduler, use_cache=use_cache, timeout=scheduler_timeout)
+    if not force and shard is None and only is None and run.is_fresh("label", fp, [out]):
+        run.log(f"[label] skipped: inputs unchanged, labels in {out}")
+        return out
+    try:
+        metric = parse_metric(lcfg["metric"])
+        extras = parse_metrics(lcfg["extra_metrics"]) if lcfg["extra_metrics"] else []
+    except LtrrError as exc:
+        raise ConfigError(f"stage label: [labels] {exc}") from None
+    given = generator is not None
+    generator = generator if given else run.make_generator(use_cache=use_cache)
+    if gcfg["prebuilt"] and generator.enabled and not given:
+        from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
+
+        added = import_prebuilt(prebuilt_path(gcfg["prebuilt"]), generator.cache)
+        run.log(f"[label] prebuilt generation cache {gcfg['prebuilt']!r}: sha256 verified, {added} new rows imported")
+    judge = None
+    if metric.needs_judge or any(m.needs_judge for m in extras):
+        if not lcfg["judge"]:
+            raise ConfigError("stage label: metric needs a judge; set [labels.judge] (a generator config)")
+        from ltrr.generation import make_generator
+        from ltrr.generation.cache import CachedGenerator
+
+        judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
+    scorer = metric.bind(judge=judge)
+    extra_scorers = {str(m): m.bind(judge=judge) for m in extras}
+    queries = ds.queries
+    if shard is not None:
+        i, n = shard
+        if not (0 <= i < n):
+            raise ConfigError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
+        queries = queries.iloc[i::n].reset_index(drop=True)
+    elif only is not None:
+        queries = queries[queries["qid"].astype(str).isin(set(map(str, only)))].reset_index(drop=True)
+        shard = (0, 1)  # cache only, as a shard
+    n_items = len(queries) * len(arms)
+    run.log(f"[label] start: {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
+             f"template {template.identity}, metric {metric}; cache {run.cache_path}")
+    t0 = time.perf_counter()
+    with bar(total=n_items, desc="label", unit="item") as pbar:
+        labelled = label_queries(
+            queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
+            template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
+            noise_arm=noise_arm, seed=run.config.seed, chunk_size=gcfg["chunk_size"],
+            max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
+            likelihood=lcfg["likelihood"],
+            params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
+        )
+    summary = summarise(labelled.labels, labelled.noise, seed=run.config.seed)
+    summary["generator_calls"] = generator.generator_calls
+    summary["cache_hits"] = generator.hits
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    if shard is not None:
+        if lcfg["replicate_template"]:  # the shard's share of the replicate, into the cache only
+            label_replicate(run, ds.queries, results, arms, nr[0], generator, scorer, metric, extra_scorers,
+                                  labelled.labels, only=set(queries["qid"].astype(str)))
+            summary["generator_calls"] = generator.generator_calls
+        run.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
+                 f"in {summary['seconds']:.1f}s; cache {run.cache_path} (no labels table written)")
+        return run.cache_path
+    if lcfg["replicate_template"]:
+        summary["replicate"] = label_replicate(run, queries, results, arms, nr[0], generator, scorer, metric,
+                                                     extra_scorers, labelled.labels)
+        if not summary.get("noise_floor"):
+            # no permutation control (pointless with k = 1): the replicate measures the noise
+            rep = summary["replicate"]
+            summary["noise_floor"] = {
+                "arm": f"every arm under {rep['template']}", "mean_abs_diff": rep["mean_abs_diff"],
+                "disagreement_rate": rep["disagreement_rate"],
+                "share_of_headroom": rep["mean_abs_diff"] / summary["headroom"] if summary["headroom"] > 0 else float("nan")}
+        summary["generator_calls"], summary["cache_hits"] = generator.generator_calls, generator.hits
+    write_labels(labelled, summary, run.labels_dir)
+    run.log(summary_markdown(summary))
+    run.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
+             f"{summary['seconds']:.1f}s -> {out}")
+    raise_for_failures(summary, tolerate)
+    run.record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
+    return out
+
+
+def replicate_queries(run: Run, queries: pd.DataFrame) -> pd.DataFrame:
+    """The queries of the replicate labels: the protocol's test part, or all."""
+    lcfg = run.config.labels
+    if lcfg["replicate"] == "all":
+        return queries.reset_index(drop=True)
+    if lcfg["replicate"] != "test":
+        raise ConfigError(f"[labels] replicate must be 'test' or 'all', got {lcfg['replicate']!r}")
+    from ltrr.eval.protocol import design_test_partition
+
+    part = design_test_partition(queries, design_size=run.config.protocol["design_size"],
+                                 random_state=run.config.seed)
+    return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
+
+def label_replicate(run: Run, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
+                     main: pd.DataFrame, only: set[str] | None = None) -> dict:
+    """Label ``arms`` again under ``[labels] replicate_template`` -> labels/replicate.parquet.
+
+    ``only`` (a shard's query ids) labels just those replicate queries, to fill the cache:
+    nothing is written then.
+    """
+    from ltrr.generation import load_template
+    from ltrr.labels import label_queries
+
+    lcfg, gcfg = run.config.labels, run.config.generation
+    template = load_template(lcfg["replicate_template"])
+    sub = replicate_queries(run, queries)
+    if only is not None:
+        sub = sub[sub["qid"].astype(str).isin(only)].reset_index(drop=True)
+        if sub.empty:  # a shard or chunk of design queries only: nothing of the replicate
+            return {}
+    run.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
+    t0 = time.perf_counter()
+    with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
+        rep = label_queries(sub, results, arms=arms, no_retrieval=no_retrieval, generator=generator,
+                            template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
+                            seed=run.config.seed, chunk_size=gcfg["chunk_size"],
+                            max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
+                            params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+    if only is not None:
+        return {}
+    write_table_atomic(rep.labels, run.labels_dir / "replicate.parquet")
+    both = main.merge(rep.labels[["qid", "arm", "utility"]], on=["qid", "arm"], suffixes=("", "_rep"))
+    diff = (both["utility"] - both["utility_rep"]).abs()
+    return {"template": template.identity, "queries": int(len(sub)), "part": lcfg["replicate"],
+            "mean_abs_diff": float(diff.mean()) if len(diff) else float("nan"),
+            "disagreement_rate": float((diff > 1e-9).mean()) if len(diff) else float("nan"),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+def export_generations(run: Run, out: Path) -> dict:
+    """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""
+    from ltrr.generation import load_template
+    from ltrr.generation.prebuilt import RecordingGenerator, write_prebuilt
+    from ltrr.labels import label_queries
+    from ltrr.metrics import parse_metric
+
+    run.need("cache export", run.labels_dir / "labels.parquet", "label")
+    lcfg, gcfg = run.config.labels, run.config.generation
+    cached = run.make_generator(use_cache=True)
+    rec = RecordingGenerator(cached.generator, cached.cache)
+    pool = run.pool
+    nr = [a.name for a in pool.arms if a.is_no_retrieval]
+    noise_arm = (lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)) if lcfg["noise_floor"] else None
+    template = load_template(gcfg["template"])
+    label_queries(run.dataset.queries, pd.read_parquet(run.results_path), arms=pool.arm_names, no_retrieval=nr[0],
+                  generator=rec, template=template, scorer=parse_metric("em").bind(), metric_name="em",
+                  noise_arm=noise_arm, seed=run.config.seed, chunk_size=gcfg["chunk_size"],
+                  max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
+                  params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
+                  likelihood=lcfg["likelihood"])
+    if lcfg["replicate_template"]:
+        rep = load_template(lcfg["replicate_template"])
+        label_queries(replicate_queries(run, run.dataset.queries), pd.read_parquet(run.results_path), arms=pool.arm_names, no_retrieval=nr[0],
+                      generator=rec, template=rep, scorer=parse_metric("em").bind(), metric_name="em",
+                      seed=run.config.seed, chunk_size=gcfg["chunk_size"],
+                      max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
+                      params=rep.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+    from ltrr._version import __version__
+
+    return write_prebuilt(rec.records, out, meta={"made_by": "ltrr label", "ltrr_version": __version__,
+                                                  "config": run.config.source, "generator": rec.identity,
+                                                  "template": template.identity, "queries": len(run.dataset.queries)})
+

@@ -1,0 +1,214 @@
+"""The registry of a run's stages, and the runner of `ltrr run`.
+
+A `Stage` has a name, the fingerprint of the inputs it last ran on, its outputs and
+``execute(run, options)`` over the typed run context (`ltrr.pipeline.Run`). `run_stages` runs
+the registered stages of a config in `RUN_ORDER` and prints what each stage reports; every
+stage is also a command of its own (`Stage.command`, e.g. ``ltrr retrieve CONFIG``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ltrr._registry import Registry
+from ltrr.pipeline.run import Run
+
+__all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "protocol_docs", "route_hint",
+           "results_notes", "headline_text"]
+
+stages: Registry = Registry("stage")
+
+# the order `ltrr run` runs them in
+RUN_ORDER = ("data", "index", "retrieve", "label", "features", "eval", "train", "policy", "headline")
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """How `run_stages` runs each stage.
+
+    Attributes
+    ----------
+    force : bool
+        Redo a stage even when its inputs are unchanged.
+    tolerate_failures : bool or None
+        Label: go on when some generations failed (None: ``[labels] tolerate_failures``).
+    """
+
+    force: bool = False
+    tolerate_failures: bool | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a run.
+
+    Attributes
+    ----------
+    name : str
+        The stage's name (its stage record is ``<workdir>/stages/<name>.json``).
+    command : str
+        The CLI command that runs this stage alone (``ltrr <command> CONFIG``).
+    execute : callable
+        ``execute(run, options) -> output``; skips itself when its inputs are unchanged.
+    outputs : callable
+        ``outputs(run) -> [Path, ...]``: what the stage writes.
+    report : callable, optional
+        ``report(run, outputs) -> str | None``: what `run_stages` prints after it; ``outputs``
+        maps each stage run so far to its output.
+    configured : callable, optional
+        ``configured(run) -> bool``: whether the config asks for the stage (default: always).
+    """
+
+    name: str
+    command: str
+    execute: Callable[[Run, StageOptions], Any]
+    outputs: Callable[[Run], list[Path]]
+    report: Callable[[Run, dict], str | None] | None = None
+    configured: Callable[[Run], bool] | None = None
+
+    def fingerprint(self, run: Run) -> str | None:
+        """The fingerprint of the inputs this stage last ran on (its stage record), or None."""
+        return run.fingerprint_of(self.name)
+
+    def is_configured(self, run: Run) -> bool:
+        return True if self.configured is None else bool(self.configured(run))
+
+
+def _register(stage: Stage) -> Stage:
+    return stages.register(stage.name, stage)
+
+
+def run_stages(run: Run, *, until: str | None = None, options: StageOptions = StageOptions(),
+               out: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the configured stages in `RUN_ORDER` (up to and including ``until``), printing each
+    stage's report with ``out``; returns each stage's output by name."""
+    if until is not None:
+        stages.get(until)  # an unknown name -> one clear error
+    done: dict[str, Any] = {}
+    for name in RUN_ORDER:
+        stage = stages.get(name)
+        if stage.is_configured(run):
+            done[name] = stage.execute(run, options)
+            text = stage.report(run, done) if stage.report is not None else None
+            if text is not None:
+                out(text)
+        if name == until:
+            break
+    return done
+
+
+# ---- reports ------------------------------------------------------------------------------------
+def route_hint(run: Run, model_dir: Path) -> str:
+    """The trained router's folder and an `ltrr route` line to try it."""
+    import shlex
+
+    return (f"model: {model_dir}\n"
+            f"try:   ltrr route {shlex.quote(str(model_dir))} {shlex.quote(run.example_question())}")
+
+
+def results_notes(run: Run, paths: dict) -> str:
+    """Where the full evaluation is: the tables and plots, not their cells."""
+    results = run.reports_dir / "results.json"
+    notes = json.loads(results.read_text()).get("notes", []) if results.exists() else []
+    lines = [f"note: {note}" for note in notes]
+    lines.append(f"\nfull tables (every router x split, Wilcoxon tests, headroom): {run.reports_dir / 'eval.md'}")
+    lines += [f"plot:   {v}" for k, v in sorted(paths.items()) if k.startswith("plot_")]
+    return "\n".join(lines)
+
+
+def protocol_docs(run: Run, seeds: Sequence[int], *, force: bool = False, n_jobs: int | None = None) -> list[dict]:
+    """`ltrr.eval.headline.run_protocol` for each seed (the replicate, when labelled, on the
+    first), as `ltrr protocol` does."""
+    from ltrr.eval.headline import run_protocol
+
+    p = run.config.protocol
+    rep_path = run.labels_dir / "replicate.parquet"
+    replicate = None
+    if rep_path.exists():
+        import pandas as pd
+
+        replicate = pd.read_parquet(rep_path)
+    docs = []
+    for seed in seeds:
+        run.log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
+        docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
+                                 train_labels=p["train_labels"], feature_sets=p["feature_sets"] or None,
+                                 n_folds=p["n_folds"], routers=p["routers"], n_jobs=n_jobs or p["n_jobs"],
+                                 replicate=replicate if seed == run.config.seed else None, force=force))
+    return docs
+
+
+def headline_text(run: Run, doc: dict) -> str:
+    """The main job's headline: the protocol on the config's seed."""
+    from ltrr.eval.headline import protocol_summary
+
+    return f"\nHeadline ({run.workdir / 'protocol' / f'seed-{run.config.seed}'}):\n" + protocol_summary([doc])
+
+
+def _recall_report(run: Run, done: dict) -> str | None:
+    from ltrr._tables import markdown_table
+
+    table = run.retrieval_report()
+    if table is None:
+        return None
+    table.index.name = "qtype"
+    return ("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):\n"
+            + markdown_table(table))
+
+
+def _policy_report(run: Run, done: dict) -> str | None:
+    from ltrr.policy.evaluate import budgets_markdown
+
+    if done.get("policy") is None:
+        return None
+    return ("\nBudgeted routing policy (trained on the design part, measured on the test part):\n"
+            + budgets_markdown(done["policy"], run.config.policy["trainers"]))
+
+
+def _headline_report(run: Run, done: dict) -> str:
+    # the trained router first, then the headline, then where the evaluation's tables are
+    parts = [route_hint(run, done["train"])] if "train" in done else []
+    parts.append(headline_text(run, done["headline"]))
+    if "eval" in done:
+        parts.append(results_notes(run, done["eval"]))
+    return "\n".join(parts)
+
+
+def _policy_enabled(run: Run) -> bool:
+    return bool(run.config.policy["enabled"])
+
+
+def _stage_policy(run: Run, options: StageOptions) -> dict | None:
+    from ltrr.policy.run import stage_policy
+
+    return stage_policy(run, force=options.force)
+
+
+def _policy_outputs(run: Run) -> list[Path]:
+    from ltrr.policy.run import eval_dir
+
+    return [eval_dir(run, run.config.policy) / "eval.json"]
+
+
+# ---- the stages, in run order --------------------------------------------------------------------
+_register(Stage("data", "data build", lambda run, o: run.stage_data(force=False), lambda run: [run.dataset_path]))
+_register(Stage("index", "index", lambda run, o: run.stage_index(), lambda run: [run.index_dir]))
+_register(Stage("retrieve", "retrieve", lambda run, o: run.stage_retrieve(force=o.force),
+                lambda run: [run.results_path], report=_recall_report))
+_register(Stage("label", "label", lambda run, o: run.stage_label(force=o.force, tolerate_failures=o.tolerate_failures),
+                lambda run: [run.labels_dir / "labels.parquet"]))
+_register(Stage("features", "features", lambda run, o: run.stage_features(force=o.force),
+                lambda run: [run.features_dir / "raw.parquet"]))
+_register(Stage("eval", "eval", lambda run, o: run.stage_eval(force=o.force), lambda run: [run.reports_dir / "results.csv"]))
+_register(Stage("train", "train", lambda run, o: run.stage_train(force=o.force),
+                lambda run: [run.workdir / "models" / run.config.train["ranker"] / "router.json"]))
+_register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report=_policy_report,
+                configured=_policy_enabled))
+_register(Stage("headline", "protocol",
+                lambda run, o: protocol_docs(run, [run.config.seed], force=o.force)[0],
+                lambda run: [run.workdir / "protocol" / f"seed-{run.config.seed}" / "headline.json"],
+                report=_headline_report))
