@@ -33,6 +33,7 @@ __all__ = [
     "measure_tables",
     "summary_table",
     "routed_results",
+    "route_batch",
 ]
 
 DEFAULT_MEASURES = ("nDCG@10", "R@{k}", "RR", "P@1")
@@ -183,3 +184,21 @@ def routed_results(results: pd.DataFrame, choice: pd.Series, *, name: str | None
     if name is not None:
         picked = picked.assign(routed_arm=picked["arm"], arm=name)
     return picked
+
+
+def route_batch(router, pool, queries: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """A trained router's choice for each query: ``DataFrame[qid, arm, router_score]``.
+
+    The queries are routed as one batch under their own qids (``qid, question``), from the
+    pool's ``results`` of them, as ``ltrr run`` routes a dataset: the features are those of
+    the features stage, and a sampled reranking (``stoch``, seeded by the qid) has the passages
+    the run has. This is the routed run of `ltrr retrieve` and of the PyTerrier transformer.
+    """
+    from ltrr.features import extract_raw
+
+    raw = extract_raw(queries, results, arms=pool.arm_names, embedding_source=pool.embedding_source(),
+                      no_retrieval=[a.name for a in pool.arms if a.is_no_retrieval])
+    ranking = router.ranking(raw, **router.routing_inputs(queries, results))
+    best = ranking[ranking["rank"] == 1].set_index("qid").reindex(queries["qid"].astype(str))
+    return pd.DataFrame({"qid": queries["qid"].astype(str).to_numpy(), "arm": best["arm"].astype(str).to_numpy(),
+                         "router_score": best["score"].astype(float).to_numpy()})

@@ -139,9 +139,9 @@ class LTRRouterTransformer(pt.Transformer):
         from ltrr.routers.ltr import LTRRouter
 
         self.router = LTRRouter.load(router) if isinstance(router, (str, Path)) else router
-        self._pipeline = None
+        self._pool_obj = None  # the router's pool, loaded at first use (indexes are large)
         if arms is None:
-            arms = _pool_arms(self._routed().pool)
+            arms = _pool_arms(self._pool())
         if not isinstance(arms, Mapping):
             raise ConfigError(f"arms is a mapping of arm name to PyTerrier transformer, got {type(arms).__name__}")
         choosable = list(self.router.arms_)
@@ -157,22 +157,25 @@ class LTRRouterTransformer(pt.Transformer):
                             if p))
         self.arms = dict(arms)
 
-    def _routed(self):
-        if self._pipeline is None:
-            from ltrr.routers.pipeline import RoutedPipeline
-
-            self._pipeline = RoutedPipeline.from_router(self.router)
-        return self._pipeline
+    def _pool(self):
+        if self._pool_obj is None:
+            self._pool_obj = self.router.make_pool()
+        return self._pool_obj
 
     def choose(self, topics: pd.DataFrame) -> pd.DataFrame:
-        """The router's choice per query: ``DataFrame[qid, arm, router_score]`` in input order."""
+        """The router's choice per query: ``DataFrame[qid, arm, router_score]`` in input order.
+
+        The topics are routed as one batch under their own qids (`ltrr.eval.retrieval.route_batch`),
+        as ``ltrr run`` routes a dataset: a sampled reranking (``stoch``) draws its sample from
+        the qid, so routing each query under a placeholder id (as `ltrr.routers.RoutedPipeline`
+        does for one question) would see other passages than the run and the arm transformers.
+        """
+        from ltrr.eval.retrieval import route_batch
+
         topics = _check_q_frame(topics, "LTRRouterTransformer")
-        rows = []
-        pipeline = self._routed()
-        for qid, query in zip(topics["qid"].astype(str), topics["query"], strict=True):
-            ranking = pipeline.route(str(query)).ranking
-            rows.append((qid, str(ranking["arm"].iloc[0]), float(ranking["score"].iloc[0])))
-        return pd.DataFrame(rows, columns=["qid", "arm", "router_score"])
+        pool = self._pool()
+        queries = pd.DataFrame({"qid": topics["qid"].astype(str).to_numpy(), "question": topics["query"].to_numpy()})
+        return route_batch(self.router, pool, queries, pool.search(queries))
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
         topics = _check_q_frame(topics, "LTRRouterTransformer")

@@ -1,0 +1,123 @@
+"""ltrr inside PyTerrier: arms as transformers, the LTR router as a transformer, pt.Experiment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt  # the pyterrier extra is installed by make env (Makefile EXTRAS)
+import pytest
+from _irtiny import config_text, write_dataset
+
+from ltrr._errors import ConfigError, DataError
+from ltrr.config import load_config
+from ltrr.data.io import load_dataset
+
+
+
+def train_router(root: Path) -> tuple:
+    """Index the tiny dataset, label each (query, arm) by the gold passage's reciprocal rank
+    (0.3 for no retrieval) and save an LTR router trained on those labels."""
+    from ltrr.features import extract_raw
+    from ltrr.retrieval import Pool
+    from ltrr.routers.ltr import LTRRouter
+
+    ds = load_dataset(write_dataset(root / "ds"))
+    (root / "c.toml").write_text(config_text(root / "ds", root / "run"))
+    cfg = load_config(root / "c.toml")
+    pool = Pool.from_run_config(cfg)
+    pool.build(ds.corpus, root / "idx")
+    pool.load(root / "idx")
+    results = pool.search(ds.queries)
+    raw = extract_raw(ds.queries, results, arms=pool.arm_names, no_retrieval=["none"],
+                      embedding_source=pool.embedding_source())
+    gold = dict(zip(ds.qrels["qid"], ds.qrels["docid"], strict=True))
+    rr = {(q, a): 1.0 / r for q, a, r, d in zip(results["qid"], results["arm"], results["rank"], results["docid"],
+                                                strict=True) if gold.get(q) == d}
+    labels = pd.DataFrame([(q, a, 0.3 if a == "none" else rr.get((q, a), 0.0))
+                           for q in ds.queries["qid"] for a in pool.arm_names], columns=["qid", "arm", "norm_gain"])
+    router = LTRRouter(ranker="xgboost-pointwise", features="paper", random_state=0, index_dir=str(root / "idx"),
+                       pool_config={"retrievers": cfg.retrievers, "rerankers": cfg.rerankers, "arms": cfg.arms,
+                                    "seed": cfg.seed})
+    router.fit(raw, labels).save(root / "router")
+    return root / "router", router, raw, results, ds
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_router(tmp_path_factory.mktemp("pt"))
+
+
+def test_experiment_routed_row_equals_ltrrs_own_figure(trained, tmp_path):
+    from ltrr.eval.retrieval import routed_results, summary_table
+    from ltrr.integrations.pyterrier import LTRRouterTransformer
+
+    folder, router, raw, results, ds = trained
+    routed = LTRRouterTransformer(folder)
+    bm25, dense = routed.arms["bm25"], routed.arms["dense"]
+    topics = ds.queries.rename(columns={"question": "query"})[["qid", "query"]]
+    qrels = ds.qrels.rename(columns={"docid": "docno", "relevance": "label"})
+    from ir_measures import RR, nDCG
+
+    table = pt.Experiment([bm25, dense, routed], topics, qrels, [nDCG @ 10, RR], names=["bm25", "dense", "routed"],
+                          baseline=0, correction="bonferroni", save_dir=str(tmp_path))
+    table = table.set_index("name")
+    assert {"nDCG@10 p-value", "RR p-value corrected"} <= set(table.columns)
+    # ltrr's own figure: the router's choices on the batch features, the chosen arms' rows
+    choice = router.choose(raw)
+    mine = summary_table(pd.concat([results, routed_results(results, choice, name="routed")]), ds.queries, ds.qrels,
+                         ["nDCG@10", "RR"], arms=["bm25", "dense", "routed"])
+    for name in ("bm25", "dense", "routed"):
+        assert table.loc[name, "nDCG@10"] == pytest.approx(mine.loc[name, "nDCG@10"], abs=1e-12), name
+        assert table.loc[name, "RR"] == pytest.approx(mine.loc[name, "RR"], abs=1e-12), name
+    assert choice.nunique() > 1  # the router routes, it does not always pick one arm
+    assert sorted(os.listdir(tmp_path))[:3] == ["aggregated.csv", "bm25.res.gz", "dense.res.gz"]
+
+
+def test_routed_frame_has_arm_and_router_score_and_composes(trained):
+    from ltrr.integrations.pyterrier import LTRRouterTransformer
+
+    folder, router, raw, results, ds = trained
+    routed = LTRRouterTransformer(folder)
+    topics = ds.queries.rename(columns={"question": "query"})[["qid", "query"]].head(12)
+    out = routed(topics)
+    assert {"qid", "query", "docno", "score", "rank", "arm", "router_score"} <= set(out.columns)
+    for _, g in out.groupby("qid"):
+        assert g["arm"].nunique() == 1 and g["rank"].tolist() == list(range(len(g)))
+        assert (np.diff(g["score"].to_numpy()) < 0).all()  # scores order the ranking
+    first = (routed >> pt.apply.generic(lambda df: df[df["rank"] == 0]))(topics)  # composes with >>
+    assert (first["rank"] == 0).all() and set(first["qid"]) <= set(topics["qid"])
+    with pytest.raises(DataError, match=r"lacks column\(s\) query"):
+        routed(topics.rename(columns={"query": "text"}))
+
+
+def test_arm_mapping_must_cover_every_arm_the_router_can_choose(trained):
+    from ltrr.integrations.pyterrier import LTRRouterTransformer
+
+    folder, router, *_ = trained
+    own = LTRRouterTransformer(router).arms
+    with pytest.raises(ConfigError, match=r"missing 'bm25\+stoch', 'dense'"):
+        LTRRouterTransformer(folder, {"bm25": own["bm25"]})
+    with pytest.raises(ConfigError, match=r"not an arm of the router 'BM25'"):
+        LTRRouterTransformer(folder, {**own, "BM25": own["bm25"]})
+    # the no-retrieval arm may be left out: its queries get no passages
+    mapping = {a: t for a, t in own.items() if a != "none"}
+    assert list(LTRRouterTransformer(folder, mapping).arms) == ["bm25", "bm25+stoch", "dense"]
+
+
+def test_notebook_runs(trained, tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    folder, *_ = trained
+    monkeypatch.setenv("LTRR_PT_ROUTER", str(folder))
+    monkeypatch.setenv("LTRR_PT_DATASET", str(folder.parent / "ds"))
+    monkeypatch.setenv("LTRR_PT_IMPORT", "_wiki")  # the fast hash encoder of the tiny pool
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "pyterrier.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                     for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "routed" in text and "nDCG@10" in text
