@@ -285,3 +285,21 @@ def test_progress_bars_follow_the_terminal_and_the_level(monkeypatch):
     monkeypatch.setattr(_log.logger, "level", logging.INFO)
     monkeypatch.setattr(_log, "_interactive", lambda: False)
     assert not _log.progress_enabled()  # redirected to a file
+
+
+def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
+    """`ltrr run`'s stages are registered in run order, each is also a command, and `ltrr retrieve`
+    writes the retrieval results and the recall table by itself (indexing first)."""
+    from ltrr.cli import build_parser
+    from ltrr.pipeline.stages import RUN_ORDER, stages
+
+    assert set(RUN_ORDER) == set(stages.names())
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in RUN_ORDER:
+        assert stages.get(name).command.split()[0] in sub.choices, name
+    cfg, _ = _tiny(env)
+    assert main(["retrieve", str(cfg)]) == 0
+    assert "Recall@k of each arm" in capsys.readouterr().out
+    assert (env / "run" / "retrieval" / "results.parquet").is_file()
+    assert main(["retrieve", str(cfg)]) == 0  # unchanged inputs: skipped, same table
+    assert "Recall@k of each arm" in capsys.readouterr().out
