@@ -194,11 +194,9 @@ def route_batch(router, pool, queries: pd.DataFrame, results: pd.DataFrame) -> p
     the features stage, and a sampled reranking (``stoch``, seeded by the qid) has the passages
     the run has. This is the routed run of `ltrr retrieve` and of the PyTerrier transformer.
     """
-    from ltrr.features import extract_raw
+    from ltrr.routers.pipeline import RoutedPipeline
 
-    raw = extract_raw(queries, results, arms=pool.arm_names, embedding_source=pool.embedding_source(),
-                      no_retrieval=[a.name for a in pool.arms if a.is_no_retrieval])
-    ranking = router.ranking(raw, **router.routing_inputs(queries, results))
+    ranking = RoutedPipeline(pool, router).rank_queries(queries, results)
     best = ranking[ranking["rank"] == 1].set_index("qid").reindex(queries["qid"].astype(str))
     return pd.DataFrame({"qid": queries["qid"].astype(str).to_numpy(), "arm": best["arm"].astype(str).to_numpy(),
                          "router_score": best["score"].astype(float).to_numpy()})

@@ -5,22 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ltrr._errors import ConfigError, LtrrError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import bar
 from ltrr.data.io import write_table_atomic
 from ltrr.pipeline._common import input_fingerprint
-
-if TYPE_CHECKING:
-    from ltrr.pipeline.run import Run
+from ltrr.pipeline.context import RunContext
 
 __all__ = ["label_stage", "replicate_queries", "label_replicate", "export_generations"]
 
 
-def label_stage(run: Run, *, force: bool = False, use_cache: bool | None = None,
+def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None = None,
                 tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
                 only: Sequence[str] | None = None, scheduler: str | None = None,
                 scheduler_timeout: float = 30.0, generator=None) -> Path:
@@ -46,6 +43,10 @@ def label_stage(run: Run, *, force: bool = False, use_cache: bool | None = None,
     lcfg, gcfg = run.config.labels, run.config.generation
     tolerate = lcfg["tolerate_failures"] if tolerate_failures is None else tolerate_failures
     ds = run.dataset
+    if not ds.queries["answers"].map(len).any():
+        raise DataError(f"stage label: the queries of {run.config.data['dataset']} have no answers, so they can be "
+                        "retrieved and evaluated for retrieval (ltrr retrieve) but not labelled; give [data] answers = "
+                        "a JSONL/Parquet table of qid and answers")
     if not run.results_path.exists():
         raise NotBuiltError(f"stage label needs the retrieval results {run.results_path}; run the retrieve stage (ltrr run)")
     results = pd.read_parquet(run.results_path)
@@ -145,7 +146,7 @@ def label_stage(run: Run, *, force: bool = False, use_cache: bool | None = None,
     return out
 
 
-def replicate_queries(run: Run, queries: pd.DataFrame) -> pd.DataFrame:
+def replicate_queries(run: RunContext, queries: pd.DataFrame) -> pd.DataFrame:
     """The queries of the replicate labels: the protocol's test part, or all."""
     lcfg = run.config.labels
     if lcfg["replicate"] == "all":
@@ -158,7 +159,7 @@ def replicate_queries(run: Run, queries: pd.DataFrame) -> pd.DataFrame:
                                  random_state=run.config.seed)
     return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
 
-def label_replicate(run: Run, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
+def label_replicate(run: RunContext, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
                      main: pd.DataFrame, only: set[str] | None = None) -> dict:
     """Label ``arms`` again under ``[labels] replicate_template`` -> labels/replicate.parquet.
 
@@ -193,7 +194,7 @@ def label_replicate(run: Run, queries, results, arms, no_retrieval, generator, s
             "disagreement_rate": float((diff > 1e-9).mean()) if len(diff) else float("nan"),
             "seconds": round(time.perf_counter() - t0, 1)}
 
-def export_generations(run: Run, out: Path) -> dict:
+def export_generations(run: RunContext, out: Path) -> dict:
     """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""
     from ltrr.generation import load_template
     from ltrr.generation.prebuilt import RecordingGenerator, write_prebuilt

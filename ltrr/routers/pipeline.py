@@ -107,7 +107,7 @@ class RoutedPipeline:
 
     def rank(self, question: str, results: pd.DataFrame) -> pd.DataFrame:
         """The router's ranking of the arms from the question's search: ``arm, score, rank``."""
-        from ltrr.features import extract_query, extract_raw
+        from ltrr.features import extract_query
 
         pool, router = self.pool, self.router
         if getattr(router, "has_query_path", False):
@@ -117,10 +117,17 @@ class RoutedPipeline:
             return pd.DataFrame({"arm": [a for a, _ in ranked], "score": [s for _, s in ranked],
                                  "rank": np.arange(1, len(ranked) + 1)})
         q = pd.DataFrame({"qid": ["q0"], "question": [question]})
-        raw = extract_raw(q, results, arms=pool.arm_names, embedding_source=pool.embedding_source(),
+        return self.rank_queries(q, results)[["arm", "score", "rank"]].reset_index(drop=True)
+
+    def rank_queries(self, queries: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+        """The router's ranking of the arms of many queries (``qid, question``) from their pool
+        search, as one batch under their own qids: ``qid, arm, score, rank``, best first."""
+        from ltrr.features import extract_raw
+
+        pool, router = self.pool, self.router
+        raw = extract_raw(queries, results, arms=pool.arm_names, embedding_source=pool.embedding_source(),
                           no_retrieval=self.no_retrieval)
-        ranking = router.ranking(raw, **router.routing_inputs(q, results))
-        return ranking[["arm", "score", "rank"]].reset_index(drop=True)
+        return router.ranking(raw, **router.routing_inputs(queries, results))
 
     def route(self, question: str, *, arm: str | None = None) -> Routed:
         """Search once and rank the arms; ``arm`` forces that arm (no ranking)."""
