@@ -237,7 +237,7 @@ def test_quiet_and_verbose_set_the_level(env, capsys):
     assert main(["-q", "run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
     assert "[retrieve]" not in out and "[index]" not in out  # stage lines hidden
-    assert "Recall@k of each arm" in out  # results still printed
+    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in out  # results still printed
     assert main(["--verbose", "run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
     assert "[retrieve] input fingerprint" in out and "[retrieve] skipped: inputs unchanged" in out
@@ -299,7 +299,7 @@ def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
         assert stages.get(name).command.split()[0] in sub.choices, name
     cfg, _ = _tiny(env)
     assert main(["retrieve", str(cfg)]) == 0
-    assert "Recall@k of each arm" in capsys.readouterr().out
+    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in capsys.readouterr().out
     assert (env / "run" / "retrieval" / "results.parquet").is_file()
     assert main(["retrieve", str(cfg)]) == 0  # unchanged inputs: skipped, same table
-    assert "Recall@k of each arm" in capsys.readouterr().out
+    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in capsys.readouterr().out

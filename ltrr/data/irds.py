@@ -113,6 +113,20 @@ def load_irds(name: str, *, answers: str | Path | None = None):
     if not (ds.has_queries() and ds.has_docs()):
         raise DataError(f"{name}: ltrr needs a dataset with queries and documents; {ident!r} has "
                         f"{'no queries' if not ds.has_queries() else 'no documents'} (pick a subset id)")
+    try:
+        return _read(name, ds, answers)
+    except (RuntimeError, OSError, ValueError) as exc:  # ir_datasets' own reading errors
+        if isinstance(exc, (ConfigError, DataError)):
+            raise
+        raise DataError(f"{name}: ir_datasets could not read the dataset ({type(exc).__name__}: {exc}); "
+                        "are its files under $IR_DATASETS_HOME (no download is possible offline)?") from None
+
+
+def _read(name: str, ds, answers):
+    from ltrr.data.io import Dataset
+    from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
+    from ltrr.data.trec import check_qrels_match
+
     rows = []
     for q in ds.queries_iter():
         ans = getattr(q, "answers", None)

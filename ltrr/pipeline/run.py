@@ -19,6 +19,7 @@ from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import bar, logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config, backend_settings
+from ltrr.data.irds import attach_answers, irds_slug, is_irds, load_irds
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
 from ltrr.data.sample import stratified_sample as _stratified_sample
 from ltrr.pipeline._common import input_fingerprint
@@ -64,6 +65,8 @@ class Run:
     @property
     def dataset_path(self) -> Path:
         ds = self.config.data["dataset"]
+        if is_irds(ds):  # no folder: the name of its indexes' folder
+            return data_root() / "irds" / irds_slug(ds)
         p = Path(ds)
         return p if p.exists() or "/" in ds else data_root() / "built" / ds
 
@@ -101,7 +104,13 @@ class Run:
     @property
     def dataset(self) -> Dataset:
         if self._dataset is None:
-            self._dataset = load_dataset(self.dataset_path)
+            name, answers = self.config.data["dataset"], self.config.data.get("answers") or None
+            if is_irds(name):
+                self._dataset = load_irds(name, answers=answers)
+            else:
+                self._dataset = load_dataset(self.dataset_path)
+                if answers:
+                    self._dataset.queries = attach_answers(self._dataset.queries, answers)
             drop = [str(t) for t in self.config.data.get("exclude_qtypes", [])]
             if drop:
                 q = self._dataset.queries
@@ -133,6 +142,10 @@ class Run:
         from ltrr.data.build import BUILDERS, build_dataset
 
         ds = self.config.data["dataset"]
+        if is_irds(ds):
+            self.log(f"[data] using ir_datasets {ds[len('irds:'):]!r} ({len(self.dataset.queries)} queries, "
+                     f"{len(self.dataset.corpus)} documents)")
+            return self.dataset_path
         builder = self.config.data["builder"] or ds
         if builder in BUILDERS and not Path(ds).exists():
             return build_dataset(
@@ -431,23 +444,61 @@ class Run:
         self.log(f"[eval] {len(splits)} splits x {len(predictions[splits[0].name])} routers in {time.perf_counter() - t0:.1f}s")
         return paths
 
-    def retrieval_report(self) -> pd.DataFrame | None:
-        """Recall@k per query type and arm (needs qrels); written as Markdown and CSV."""
-        from ltrr.data.datasheet import recall_table
+    def retrieval_measures(self) -> list[str]:
+        """The ``[eval] retrieval_measures`` (default: nDCG@10, R@k at each arm's k, RR, P@1)."""
+        from ltrr.eval.retrieval import expand_measures, parse_measures
+
+        names = self.config.eval.get("retrieval_measures") or None
+        ks = [a.k for a in self.pool.arms if not a.is_no_retrieval]
+        try:
+            out = expand_measures(names, ks)
+            parse_measures(out)
+        except LtrrError as exc:
+            raise type(exc)(f"[eval] retrieval_measures: {exc}") from None
+        return out
+
+    def retrieval_report(self) -> dict[str, pd.DataFrame] | None:
+        """ir_measures tables per query type and arm (needs qrels), one per measure; written as
+        ``reports/retrieval.md`` and ``reports/retrieval.csv`` (long: measure, qtype, arm, value)."""
+        from ltrr.eval.retrieval import measure_tables
 
         ds = self.dataset
         if ds.qrels is None:
-            self.log("[report] the dataset has no qrels: no recall table")
+            self.log("[report] the dataset has no qrels: no retrieval measures")
             return None
         results = pd.read_parquet(self.results_path)
-        table = recall_table(results, ds.queries, ds.qrels)
+        tables = measure_tables(results, ds.queries, ds.qrels, self.retrieval_measures(), arms=self.pool.arm_names)
         out = self.workdir / "reports"
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "retrieval_recall.csv")
-        table.index.name = "qtype"
-        (out / "retrieval_recall.md").write_text(markdown_table(table) + "\n")
-        return table
+        long = pd.concat([t.rename_axis("qtype").reset_index().melt(id_vars="qtype", var_name="arm").assign(measure=m)
+                          for m, t in tables.items()], ignore_index=True)
+        write_text_atomic(out / "retrieval.csv", long[["measure", "qtype", "arm", "value"]].to_csv(index=False))
+        write_text_atomic(out / "retrieval.md", "".join(f"### {m}\n\n{markdown_table(t)}\n\n" for m, t in tables.items()))
+        return tables
 
+    def write_trec(self, folder: str | Path, *, router: str | Path | None = None) -> dict[str, Path]:
+        """Write the retrieve stage's run of every arm as ``folder/<arm>.trec`` (the arm as tag),
+        and the routed run of a trained router (``router``; default ``<workdir>/models/<[train]
+        ranker>`` when it is trained) as ``folder/routed-<ranker>.trec``. The runs are keyed by
+        the retrieve stage's fingerprint and the topics and qrels (``folder/runs.json``)."""
+        from ltrr.data.trec import RunKey, write_trec_runs
+
+        self.need("trec", self.results_path, "retrieve")
+        results = pd.read_parquet(self.results_path)
+        runs = {arm: results[results["arm"] == arm] for arm in self.pool.arm_names
+                if not self.pool.arm(arm).is_no_retrieval}
+        default = self.workdir / "models" / self.config.train["ranker"]
+        folder_r = Path(router) if router else (default if (default / "router.json").is_file() else None)
+        if folder_r is not None:
+            from ltrr.eval.retrieval import route_batch, routed_results
+            from ltrr.routers.ltr import LTRRouter
+
+            model = LTRRouter.load(folder_r)
+            pool = self.pool.load(self.index_dir)
+            choice = route_batch(model, pool, self.dataset.queries[["qid", "question"]], results)
+            runs[f"routed-{model.ranker}"] = routed_results(results, choice.set_index("qid")["arm"])
+        key = RunKey.of(self.fingerprint_of("retrieve") or "", self.dataset.queries, self.dataset.qrels,
+                        self.config.data["dataset"])
+        return write_trec_runs(runs, folder, key, log=self.log)
 
 def _wide(scores: pd.DataFrame) -> pd.DataFrame:
     """Router scores (qid, arm, score) as a qid x arm matrix."""

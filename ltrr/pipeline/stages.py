@@ -152,12 +152,11 @@ def headline_text(run: Run, doc: dict) -> str:
 def _recall_report(run: Run, done: dict) -> str | None:
     from ltrr._tables import markdown_table
 
-    table = run.retrieval_report()
-    if table is None:
+    tables = run.retrieval_report()
+    if tables is None:
         return None
-    table.index.name = "qtype"
-    return ("\nRecall@k of each arm per query type (share of queries with a gold passage retrieved):\n"
-            + markdown_table(table))
+    return "".join(f"\nRetrieval effectiveness (ir_measures {m}) of each arm per query type:\n{markdown_table(t)}\n"
+                   for m, t in tables.items())
 
 
 def _policy_report(run: Run, done: dict) -> str | None:
