@@ -47,7 +47,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    # lazy: `ltrr --help` imports ltrr.context.commands and must not pay for pandas or numpy.
+    # lazy: `ltrr --help` imports ltrr.cli.context and must not pay for pandas or numpy.
     # `select` and `strategies` are not here: they share their submodules' names, which a lazy
     # package attribute cannot tell apart (import them from ltrr.packing.select / .strategies)
     if name in _EXPORTS:

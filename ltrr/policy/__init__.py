@@ -36,7 +36,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    # lazy: `ltrr --help` imports ltrr.policy.commands and must not pay for sklearn or torch
+    # lazy: `ltrr --help` imports ltrr.cli.policy and must not pay for sklearn or torch
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'ltrr.policy' has no attribute {name!r}")

@@ -1,5 +1,8 @@
 """The ``ltrr`` command line.
 
+The commands of the policy, context routing and the agent are in `ltrr.cli.policy`,
+`ltrr.cli.context` and `ltrr.cli.agent`.
+
 Every user error (a bad config key, a malformed input line, a missing index, an unknown arm)
 is printed as one ``ltrr: error: ...`` line on stderr with exit code 2; nothing is half-written
 because every stage writes atomically. Heavy libraries are imported inside the commands, so
@@ -532,9 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--timeout", type=float, default=120.0, help="longest wait of a request, in seconds")
     sv.set_defaults(func=cmd_serve)
 
-    from ltrr.agent.commands import add_parser as add_agent_parser
-    from ltrr.context.commands import add_parser as add_context_parser
-    from ltrr.policy.commands import add_parser as add_policy_parser
+    from ltrr.cli.agent import add_parser as add_agent_parser
+    from ltrr.cli.context import add_parser as add_context_parser
+    from ltrr.cli.policy import add_parser as add_policy_parser
 
     add_policy_parser(sub, _log, _out)
     add_context_parser(sub, _log, _out)
