@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._registry import Registry
@@ -232,6 +233,26 @@ def replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def param_names(cls: type) -> list[str]:
+    """The ``__init__`` parameter names of ``cls`` in signature order (sklearn's own list is
+    sorted; the signature order is the one repr and saved configs have always shown)."""
+    sig = inspect.signature(cls.__init__)
+    return [
+        p.name
+        for p in sig.parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def json_params(est: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` (sklearn's ``get_params(deep=False)`` of ``est``) in signature order, each
+    parameter object that has ``to_dict`` replaced by that dict."""
+    return {
+        n: params[n].to_dict() if hasattr(params[n], "to_dict") else params[n]
+        for n in param_names(type(est))
+    }
+
+
 def _not_built(what: str) -> NotBuiltError:
     return NotBuiltError(
         f"{what}: no index; build it first with `ltrr index CONFIG` (or call .index(corpus) "
@@ -239,11 +260,13 @@ def _not_built(what: str) -> NotBuiltError:
     )
 
 
-class Retriever(ABC):
+class Retriever(BaseEstimator, ABC):
     """A first-stage retriever over a corpus table.
 
     Subclasses set ``name`` (their registry name) and implement ``_build``, ``_search``,
-    ``_save`` and ``_load``. Parameters are the ``__init__`` arguments, stored unchanged.
+    ``_save`` and ``_load``. Parameters are the ``__init__`` arguments, stored unchanged; as a
+    scikit-learn ``BaseEstimator`` it has ``get_params``/``set_params`` and works with
+    ``sklearn.base.clone``.
 
     Examples
     --------
@@ -261,20 +284,22 @@ class Retriever(ABC):
     # ---- parameters --------------------------------------------------------------------
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [
-            p.name
-            for p in sig.parameters.values()
-            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+        return param_names(cls)
 
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters as JSON-safe values."""
-        out = {}
-        for n in self._param_names():
-            v = getattr(self, n)
-            out[n] = v.to_dict() if hasattr(v, "to_dict") else v
-        return out
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters (sklearn's), as JSON-safe values in signature order.
+
+        A parameter object with ``to_dict`` (a `Tokenizer`) is given as that dict, which is
+        what saved indexes and pool configs record. ``deep`` changes nothing: no parameter is
+        an estimator.
+        """
+        return json_params(self, super().get_params(deep=False))
+
+    def __sklearn_clone__(self) -> Retriever:
+        # sklearn's clone checks that the new object holds the very parameter objects it was
+        # given; a tokenizer given back as its dict is a new object each call, so clone goes
+        # through from_params instead (an unfitted copy with equal parameters).
+        return type(self).from_params(self.get_params())
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> Retriever:

@@ -427,8 +427,8 @@ class BM25Retriever(Retriever):
             f"got {type(self.tokenizer).__name__}"
         )
 
-    def get_params(self) -> dict[str, Any]:
-        params = super().get_params()
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        params = super().get_params(deep=deep)
         params["tokenizer"] = self._resolved_tokenizer().to_dict()
         return params
 

@@ -24,7 +24,6 @@ sampled ranking rather than from the score).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator
 
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr._registry import Registry
@@ -40,6 +40,8 @@ from ltrr.retrieval.base import (
     RESULT_COLUMNS,
     check_k,
     empty_results,
+    json_params,
+    param_names,
     validate_queries,
     validate_results,
 )
@@ -137,25 +139,23 @@ class EmbeddingSource:
 
 
 # ---- the reranker contract -----------------------------------------------------------------
-class Reranker(ABC):
+class Reranker(BaseEstimator, ABC):
     """Reorders each query's first-stage results and keeps the top ``k``.
 
-    Subclasses implement ``_rerank_one``; ``__init__`` stores parameters only.
+    Subclasses implement ``_rerank_one``; ``__init__`` stores parameters only (a scikit-learn
+    ``BaseEstimator``: ``get_params``/``set_params``, ``sklearn.base.clone``).
     """
 
     name: str = "abstract"
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [
-            p.name
-            for p in sig.parameters.values()
-            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+        return param_names(cls)
 
-    def get_params(self) -> dict[str, Any]:
-        return {n: getattr(self, n) for n in self._param_names()}
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters (sklearn's) in signature order; ``deep`` changes nothing
+        (the ``embeddings`` source of ``reg`` is returned as it is, not expanded)."""
+        return json_params(self, super().get_params(deep=False))
 
     # concrete on purpose: a reranker without parameters has nothing to check
     def validate_params(self) -> None:  # noqa: B027
