@@ -16,7 +16,6 @@ from ltrr.config import load_config
 from ltrr.data.io import load_dataset
 
 
-
 def train_router(root: Path) -> tuple:
     """Index the tiny dataset, label each (query, arm) by the gold passage's reciprocal rank
     (0.3 for no retrieval) and save an LTR router trained on those labels."""

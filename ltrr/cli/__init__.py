@@ -61,8 +61,9 @@ def cmd_data_build(args: argparse.Namespace) -> int:
 def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
     """Run the config's pool over the dataset and write DATASHEET.md (and ``datasheet``)."""
 
-    from ltrr.data.datasheet import family_wins, recall_table, render_datasheet
+    from ltrr.data.datasheet import DATASHEET_MEASURES, family_wins, render_datasheet
     from ltrr.data.io import write_text_atomic
+    from ltrr.eval.retrieval import expand_measures, measure_tables
     from ltrr.pipeline import Run
 
     run = Run(cfg, log=_log)
@@ -74,8 +75,9 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
 
     results = pool.search(ds.queries, show_progress=progress_enabled())
     k = max(a.k for a in pool.arms if not a.is_no_retrieval)
-    recall = recall_table(results, ds.queries, ds.qrels)
-    recall1 = recall_table(results, ds.queries, ds.qrels, at=1)
+    measures = expand_measures(DATASHEET_MEASURES, [a.k for a in pool.arms if not a.is_no_retrieval])
+    retrieving = [a.name for a in pool.arms if not a.is_no_retrieval]
+    tables = measure_tables(results, ds.queries, ds.qrels, measures, arms=retrieving)
     fams = {}
     for arm in pool.arms:
         if arm.is_no_retrieval or arm.is_packed or arm.reranker not in (None, "none"):
@@ -83,7 +85,7 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
         fams.setdefault(cfg.retrievers[arm.retriever]["type"], arm.name)
     wins = family_wins(results, ds.qrels, fams)
     meta = json.loads((folder / "meta.json").read_text())
-    text = render_datasheet(meta, ds.queries, recall, recall1, wins, k)
+    text = render_datasheet(meta, ds.queries, tables, wins, k)
     write_text_atomic(folder / "DATASHEET.md", text + "\n")
     write_text_atomic(folder / "family_wins.json", json.dumps(wins, indent=2))
     if datasheet:
@@ -412,6 +414,9 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     text = stages.get("retrieve").report(run, done)
     if text is not None:
         _out(text)
+    if args.trec:
+        paths = run.write_trec(args.trec, router=args.router)
+        _out(f"TREC runs ({len(paths)}): " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
@@ -512,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     rt = sub.add_parser("retrieve", help="run every arm of a config's pool on its queries (-> <workdir>/retrieval)")
     rt.add_argument("config")
     rt.add_argument("--force", action="store_true", help="search again even if up to date")
+    rt.add_argument("--trec", metavar="DIR", help="also write a TREC run file per arm (and the routed run) into DIR")
+    rt.add_argument("--router", metavar="FOLDER",
+                    help="with --trec: the trained router of the routed run (default: <workdir>/models/<[train] ranker>)")
     rt.set_defaults(func=cmd_retrieve)
 
     ev = sub.add_parser("eval", help="compare routers on the configured splits with significance tests")

@@ -95,9 +95,6 @@ def load_irds(name: str, *, answers: str | Path | None = None):
     DataError
         For a dataset without queries or documents.
     """
-    from ltrr.data.io import Dataset
-    from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
-    from ltrr.data.trec import check_qrels_match
 
     if not is_irds(name):
         raise ConfigError(f"{name!r} is not an ir_datasets name; write irds:<id>")
