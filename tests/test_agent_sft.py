@@ -124,7 +124,7 @@ def test_sft_and_eval_end_to_end(project, capsys):
         j = t.qid.removeprefix("mul-a")
         assert len(t.searches) == 2 and [s.docids for s in t.searches] == [[f"a{j}"], [f"b{j}"]]
     # the evaluation: the SFT policy against the baselines, on test questions only
-    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--n", "6"]) == 0
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "6"]) == 0
     out = capsys.readouterr().out
     assert "| multi-round router |" in out and "| LTRR top-1 |" in out and "| oracle arm |" in out
     doc = json.loads((root / "ag" / "agent" / "eval-sft" / "eval.json").read_text())
@@ -138,7 +138,7 @@ def test_sft_and_eval_end_to_end(project, capsys):
     assert {t["n"] for k, t in doc["tests"].items() if k.endswith("| all")} == {6}
     assert not {t.qid for t in trajs} & set(test)  # SFT saw design questions only
     # the same evaluation again comes from the cache
-    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--n", "6"]) == 0
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "6"]) == 0
     again = json.loads((root / "ag" / "agent" / "eval-sft" / "eval.json").read_text())
     assert again["cache"]["misses"] == 0 and again["agent"] == doc["agent"]
 

@@ -303,3 +303,34 @@ def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
     assert (env / "run" / "retrieval" / "results.parquet").is_file()
     assert main(["retrieve", str(cfg)]) == 0  # unchanged inputs: skipped, same table
     assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in capsys.readouterr().out
+
+
+def test_old_flag_names_still_parse_with_a_deprecation_warning(capsys):
+    """One name and one unit per concept (--part, --questions, --cost-budget, --token-budget[s]);
+    each old name parses into the same value and says it is deprecated, on stderr."""
+    from ltrr.cli import build_parser
+
+    p = build_parser()
+    cases = [
+        (["policy", "eval", "c", "--on", "design"], "part", "design", "--part"),
+        (["policy", "train", "c", "--budget", "0.4"], "cost_budget", 0.4, "--cost-budget"),
+        (["agent", "eval", "c", "--n", "6"], "questions", 6, "--questions"),
+        (["label", "c", "--max-queries", "5"], "questions", 5, "--questions"),
+        (["route", "m", "q", "--context-budget", "64"], "token_budget", 64, "--token-budget"),
+        (["context", "run", "c", "--budget", "64"], "token_budget", 64, "--token-budget"),
+        (["context", "pack", "c", "--budgets", "16,40"], "token_budgets", "16,40", "--token-budgets"),
+    ]
+    for argv, dest, value, new in cases:
+        assert getattr(p.parse_args(argv), dest) == value
+        assert f"{argv[-2]} is deprecated; use {new}" in capsys.readouterr().err
+        assert getattr(p.parse_args([*argv[:-2], new, argv[-1]]), dest) == value
+        assert capsys.readouterr().err == ""
+    assert p.parse_args(["policy", "eval", "c"]).part == "test"
+    assert p.parse_args(["route", "m", "q"]).token_budget == 0
+    with pytest.raises(SystemExit):
+        p.parse_args(["policy", "train", "c"])  # required under either name
+    assert "--cost-budget" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        p.parse_args(["policy", "eval", "-h"])
+    help_text = capsys.readouterr().out
+    assert "--part" in help_text and "protocol --seed" not in help_text  # no such flag exists

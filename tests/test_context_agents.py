@@ -370,7 +370,7 @@ def test_context_run_cli_end_to_end(project, capsys):
     assert "unknown context strategy 'best'" in capsys.readouterr().err
     # budgets are chosen on design questions: their tables go to a folder of their own
     assert main(["context", "run", str(cfg), "--part", "design", "--questions", "2", "--rounds", "1",
-                 "--budget", "64", "--strategies", "rcr-iterative"]) == 0
+                 "--token-budget", "64", "--strategies", "rcr-iterative"]) == 0
     assert "questions: the design part of the design/test partition (seed 7" in capsys.readouterr().out
     design = pd.read_parquet(root / "ag" / "context" / "design-B64-T1" / "agents_per_query.parquet")
     assert sorted(design["qid"].unique()) == sorted(split.train)[:2]

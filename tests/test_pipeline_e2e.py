@@ -246,7 +246,7 @@ def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     root, model = project
     monkeypatch.chdir(root)
     cfg = root / "proto.toml"
-    assert main(["context", "pack", str(cfg), "--budgets", "16,40", "--answer", "--ablations"]) == 0
+    assert main(["context", "pack", str(cfg), "--token-budgets", "16,40", "--answer", "--ablations"]) == 0
     out = capsys.readouterr().out
     assert "router (the protocol's choice)" in out and "optimality gap" in out
     per = pd.read_parquet(root / "proto" / "context" / "packing_per_query.parquet")
@@ -266,8 +266,8 @@ def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     table = pd.read_csv(root / "proto" / "context" / "packing.csv")
     assert table.loc[table["context"] == "packed@40/greedy", "utility"].isna().all()
     assert {"plain", "budget=2048", "no-similarity@16", "no-prior@16"} <= set(table["context"])
-    assert main(["context", "pack", str(cfg), "--budgets", "x"]) == 2
-    assert "--budgets must be comma-separated integers" in capsys.readouterr().err
+    assert main(["context", "pack", str(cfg), "--token-budgets", "x"]) == 2
+    assert "--token-budgets must be comma-separated integers" in capsys.readouterr().err
 
 
 def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monkeypatch):
@@ -357,7 +357,7 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
         assert 0 <= b["policy_grpo"]["cost"] <= 1.0 and isinstance(b["policy_exact"]["within_budget"], bool)
     assert (root / "pol" / "policy" / "eval-features" / "cost_utility.png").stat().st_size > 1000
     # --on design: an inner split of the design part, so the test part's queries are never read
-    assert main(["policy", "eval", str(cfg), "--on", "design"]) == 0
+    assert main(["policy", "eval", str(cfg), "--part", "design"]) == 0
     assert capsys.readouterr().out.startswith("Held-out design queries")
     inner = json.loads((root / "pol" / "policy" / "eval-features-design" / "eval.json").read_text())
     assert inner["on"] == "design" and inner["n_train"] + inner["n_test"] == ev["n_train"]
@@ -368,15 +368,15 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text()) == ev
     assert main(["run", str(cfg)]) == 0
     assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
-    assert main(["policy", "train", str(cfg), "--budget", "0.4", "--trainer", "exact"]) == 0
+    assert main(["policy", "train", str(cfg), "--cost-budget", "0.4", "--trainer", "exact"]) == 0
     folder = root / "pol" / "policies" / "features-exact-B0.4"
     assert (folder / "policy.json").exists() and str(folder) in capsys.readouterr().out
     assert main(["route", str(folder), "what is the capital of paris"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and lines[0].lstrip().startswith("1 ")
-    assert main(["policy", "train", str(cfg), "--budget", "5"]) == 2
+    assert main(["policy", "train", str(cfg), "--cost-budget", "5"]) == 2
     assert "above the most expensive arm's cost 1.0" in capsys.readouterr().err
-    assert main(["policy", "train", str(cfg), "--budget", "-1"]) == 2
+    assert main(["policy", "train", str(cfg), "--cost-budget", "-1"]) == 2
     assert "the budget must be >= 0" in capsys.readouterr().err
     # token costs: the prompt tokens an arm adds over no retrieval, plus its measured latency
     cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\ncost = "tokens"\nlatency_weight = 0.0\n'))

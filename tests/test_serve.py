@@ -211,5 +211,5 @@ def test_packed_context_in_serving_and_route_answer(trained, capsys):
     assert service.route("none", q)["passages"] == []  # closed-book reads no context
     out = LTRRouter.load(model).answer(q, reader, packing=spec)
     assert out["context_tokens"] is not None and out["context_tokens"] <= 40 and out["passages"]
-    assert main(["route", str(model), q, "--context-budget", "64"]) == 2
+    assert main(["route", str(model), q, "--token-budget", "64"]) == 2
     assert "add --answer" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ltrr._errors import LtrrError
 from ltrr._version import __version__
+from ltrr.cli._flags import add_renamed
 
 EXIT_USER_ERROR = 2
 
@@ -173,9 +174,9 @@ def cmd_label(args: argparse.Namespace) -> int:
 
         check_scheduler(args.scheduler)  # a bad value fails before any work
     cfg = load_config(args.config)
-    if args.max_queries is not None:
+    if args.questions is not None:
         d = cfg.to_dict()
-        d["data"]["max_queries"] = args.max_queries
+        d["data"]["max_queries"] = args.questions
         cfg = validate(d, cfg.source)
     run = Run(cfg, log=_log)
     run.stage_retrieve()
@@ -259,14 +260,14 @@ def cmd_route(args: argparse.Namespace) -> int:
         router = PolicyRouter.load(args.model_dir)
     else:
         router = LTRRouter.load(args.model_dir)
-    if args.context_budget and not args.answer:
-        raise LtrrError("--context-budget packs the context of an answer; add --answer")
+    if args.token_budget and not args.answer:
+        raise LtrrError("--token-budget packs the context of an answer; add --answer")
     if args.answer:
         packing = None
-        if args.context_budget:
+        if args.token_budget:
             from ltrr.packing import PackSpec
 
-            packing = PackSpec.from_mapping({"budget": args.context_budget}, "--context-budget")
+            packing = PackSpec.from_mapping({"budget": args.token_budget}, "--token-budget")
         out = router.answer(args.question, packing=packing)
         ranking = out["ranking"]
     else:
@@ -472,7 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--no-cache", action="store_true", help="bypass the generation cache")
     lb.add_argument("--force", action="store_true", help="relabel even if up to date")
     lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed")
-    lb.add_argument("--max-queries", type=int, help="label a seeded, type-stratified sample of N queries")
+    add_renamed(lb, "--questions", ["--max-queries"], type=int, metavar="N",
+                help="label a seeded, type-stratified sample of N questions")
     lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")
     lb.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: generate on Dask workers (the dist extra)")
     lb.add_argument("--scheduler-timeout", type=float, default=30.0,
@@ -509,8 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("model_dir")
     ro.add_argument("question")
     ro.add_argument("--answer", action="store_true", help="also answer with the top arm (default generator)")
-    ro.add_argument("--context-budget", type=int, default=0, metavar="N",
-                    help="with --answer: read the top 2 routed arms' passages packed into N tokens")
+    add_renamed(ro, "--token-budget", ["--context-budget"], type=int, default=0, metavar="N",
+                help="with --answer: read the top 2 routed arms' passages packed into N tokens")
     ro.add_argument("--json", action="store_true")
     ro.set_defaults(func=cmd_route)
 

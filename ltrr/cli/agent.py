@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from ltrr.cli._flags import add_renamed
+
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Register ``ltrr agent`` on the CLI's subparsers."""
@@ -19,7 +21,7 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e = asub.add_parser("eval", help="roll out a policy on the test part against single-round routing")
     e.add_argument("config")
     e.add_argument("--policy", help="a policy folder (default: [agent] policy, else the generator's model)")
-    e.add_argument("--n", type=int, help="test questions (default: [agent] n_eval)")
+    add_renamed(e, "--questions", ["--n"], type=int, help="test questions (default: [agent] n_eval)")
     e.add_argument("--holdout", action="store_true", help="put [agent] holdout_arms in the prompt too")
     e.set_defaults(func=lambda a: _eval(a, log, out))
     t = asub.add_parser("train", help="GRPO: train the policy on design-part rollouts (TRL; needs ltrr[rl])")
@@ -81,7 +83,7 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     from ltrr.agent.evaluate import eval_markdown, evaluate_agent
 
     run = _run(args, log)
-    doc = evaluate_agent(run, policy=args.policy, n=args.n, holdout=args.holdout, show_progress=progress_enabled())
+    doc = evaluate_agent(run, policy=args.policy, n=args.questions, holdout=args.holdout, show_progress=progress_enabled())
     out(eval_markdown(doc))
     out(f"report: {doc['folder']}/eval.md")
     log(json.dumps({"cache": doc["cache"]}))

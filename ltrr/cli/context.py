@@ -7,15 +7,16 @@ import argparse
 from collections.abc import Callable
 
 from ltrr._errors import ConfigError
+from ltrr.cli._flags import add_renamed
 
 
 def _budgets(text: str) -> list[int]:
     try:
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--budgets must be comma-separated integers, got {text!r}") from None
+        raise ConfigError(f"--token-budgets must be comma-separated integers, got {text!r}") from None
     if not out or any(b < 0 for b in out):
-        raise ConfigError(f"--budgets must be integers >= 0, got {text!r}")
+        raise ConfigError(f"--token-budgets must be integers >= 0, got {text!r}")
     return out
 
 
@@ -26,7 +27,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     k = csub.add_parser("pack", help="gold-evidence recall per token (and utility) of packed contexts on "
                                      "the protocol's test part, against the routed arm's top-k")
     k.add_argument("config")
-    k.add_argument("--budgets", default="128,256,512", help="token budgets, comma-separated (default 128,256,512)")
+    add_renamed(k, "--token-budgets", ["--budgets"], default="128,256,512",
+                help="token budgets, comma-separated (default 128,256,512)")
     k.add_argument("--answer", action="store_true", help="also answer the packed contexts (generator, cached)")
     k.add_argument("--ablations", action="store_true", help="add the budget and importance-signal ablations")
     k.set_defaults(func=lambda a: _pack(a, log, out))
@@ -38,7 +40,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
                         "(default: [context] strategies)")
     r.add_argument("--questions", type=int, default=60, help="questions of the protocol's test part (default 60)")
     r.add_argument("--rounds", type=int, default=None, help="rounds T, 1 to 3 (default: [context] rounds)")
-    r.add_argument("--budget", type=int, default=None, help="base token budget B (default: [context] base_budget)")
+    add_renamed(r, "--token-budget", ["--budget"], type=int, default=None,
+                help="base token budget B (default: [context] base_budget)")
     r.add_argument("--qtype", default=None, help="only questions of this query type")
     r.add_argument("--part", choices=["test", "design"], default="test",
                    help="the protocol's test part (default), or its design part, where budgets are chosen")
@@ -51,7 +54,7 @@ def _pack(args: argparse.Namespace, log, out) -> int:
     from ltrr.packing import pack_spec
     from ltrr.pipeline import Run
 
-    budgets = _budgets(args.budgets)
+    budgets = _budgets(args.token_budgets)
     run = Run(load_config(args.config), log=log)
     base = pack_spec(run.config.context, budgets[0], "[context]")
     doc = evaluate_packing(run, budgets, base=base, answer=args.answer, ablations=args.ablations)
@@ -76,7 +79,7 @@ def _run(args: argparse.Namespace, log, out) -> int:
             raise ConfigError(f"--strategies must name at least one strategy, got {args.strategies!r}")
     run = Run(load_config(args.config), log=log)
     doc = run_context_agents(run, strategy_names=names, n_questions=args.questions, rounds=args.rounds,
-                             budget=args.budget, qtype=args.qtype, part=args.part)
+                             budget=args.token_budget, qtype=args.qtype, part=args.part)
     out(f"questions: {doc['source']}; router {doc['router']}; utility = {doc['metric']}")
     out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     out(f"\ntables: {doc['out']}")

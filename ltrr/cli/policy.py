@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from ltrr.cli._flags import add_renamed
+
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Register ``ltrr policy`` on the CLI's subparsers."""
@@ -12,18 +14,19 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     psub = p.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     t = psub.add_parser("train", help="train a policy for one budget on every labelled query and save it")
     t.add_argument("config")
-    t.add_argument("--budget", type=float, required=True, help="average cost per query, in the arms' cost units")
+    add_renamed(t, "--cost-budget", ["--budget"], type=float, required=True, metavar="C",
+                help="average cost per query, in the arms' cost units")
     t.add_argument("--representation", choices=["features", "lm"], help="default: [policy] representation")
     t.add_argument("--trainer", choices=["grpo", "exact"], help="default: the first of [policy] trainers")
     t.set_defaults(func=lambda a: _train(a, log, out))
     e = psub.add_parser("eval", help="cost-utility curve over budgets against the baselines (table and PNG)")
     e.add_argument("config")
     e.add_argument("--representation", choices=["features", "lm"], help="default: [policy] representation")
-    e.add_argument("--on", choices=["test", "design"], default="test",
-                   help="design: train and measure inside the design part (to choose settings; the "
-                        "test part is not read)")
-    e.add_argument("--seed", type=int, help="partition, folds and head seed (default: the run's seed), as in "
-                                            "`ltrr protocol --seed`; another seed's tables go to their own folder")
+    add_renamed(e, "--part", ["--on"], choices=["test", "design"], default="test",
+                help="test: train on the design part, measure on the test part (default); design: train and "
+                     "measure inside the design part (to choose settings; the test part is not read)")
+    e.add_argument("--seed", type=int, help="partition, folds and head seed (default: the run's seed), as the seeds "
+                                            "of [protocol] seeds; another seed's tables go to their own folder")
     e.set_defaults(func=lambda a: _eval(a, log, out))
 
 
@@ -37,7 +40,7 @@ def _run(args: argparse.Namespace, log):
 def _train(args: argparse.Namespace, log, out) -> int:
     from ltrr.policy.run import train_policy
 
-    folder = train_policy(_run(args, log), args.budget, representation=args.representation, trainer=args.trainer)
+    folder = train_policy(_run(args, log), args.cost_budget, representation=args.representation, trainer=args.trainer)
     out(f"policy: {folder}")
     out(f"try:    ltrr route {folder} 'your question'")
     return 0
@@ -48,7 +51,7 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     from ltrr.policy.run import evaluate_policy
 
     run = _run(args, log)
-    doc = evaluate_policy(run, representation=args.representation, on=args.on, seed=args.seed)
+    doc = evaluate_policy(run, representation=args.representation, on=args.part, seed=args.seed)
     out(budgets_markdown(doc, run.config.policy["trainers"]))
     for p in doc["plots"]:
         out(f"plot:   {p}")

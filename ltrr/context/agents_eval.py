@@ -256,7 +256,7 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     from ltrr.routers.pipeline import RoutedPipeline
 
     spec = LoopSpec.from_mapping(run.config.context)
-    for flag, v, lo, hi in (("--rounds", rounds, 1, MAX_ROUNDS), ("--budget", budget, 0, None)):
+    for flag, v, lo, hi in (("--rounds", rounds, 1, MAX_ROUNDS), ("--token-budget", budget, 0, None)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi)):
             raise ConfigError(f"{flag} must be an integer " + (f"from {lo} to {hi}" if hi else f">= {lo}") + f", got {v!r}")
     if rounds is not None:

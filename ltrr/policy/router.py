@@ -294,7 +294,7 @@ class PolicyRouter(Router):
         from ltrr.routers.ltr import LTRRouter
 
         path = Path(path)
-        meta = read_saved_meta(path / "policy.json", "train a policy with `ltrr policy train CONFIG --budget B`")
+        meta = read_saved_meta(path / "policy.json", "train a policy with `ltrr policy train CONFIG --cost-budget B`")
         if meta.get("router") != "policy" or meta.get("format") != POLICY_FORMAT:
             raise DataError(f"{path}: not a policy in format {POLICY_FORMAT}")
         pol = cls(**meta["params"])
