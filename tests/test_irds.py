@@ -75,6 +75,17 @@ def test_retrieve_evaluate_and_write_trec_offline(irds_home, capsys):
     assert not (root / "trec" / "none.trec").exists()  # the no-retrieval arm retrieves nothing
     assert read_run_key(root / "trec").dataset == f"irds:{NAME}"
     assert (root / "run" / "reports" / "retrieval.csv").read_text().startswith("measure,qtype,arm,value")
+    # the saved run is keyed by its inputs: unchanged it is reused and said; another corpus under
+    # the same id is searched again, never reused silently
+    assert main(["retrieve", str(cfg)]) == 0
+    assert "[retrieve] skipped: inputs unchanged" in "".join(capsys.readouterr())
+    docs = (root / "docs.tsv").read_text()
+    (root / "docs.tsv").write_text(docs.replace("\t", "\tedited ", 1))
+    try:
+        assert main(["retrieve", str(cfg)]) == 0
+        assert "[retrieve] skipped" not in "".join(capsys.readouterr())
+    finally:
+        (root / "docs.tsv").write_text(docs)
     # no answers: retrieval and its evaluation work, labelling says why not in one line
     assert main(["label", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()

@@ -54,6 +54,12 @@ def test_scores_that_do_not_order_the_ranking_are_replaced_by_reciprocal_rank(tm
         assert g.sort_values("score", ascending=False)["rank"].tolist() == [1, 2, 3]
     tie = pd.DataFrame({"qid": ["q"] * 2, "arm": ["a"] * 2, "rank": [1, 2], "score": [1.0, 1.0]})
     assert ordering_scores(tie).tolist() == [1.0, 0.5]
+    # a routed run (q1 routed to bm25, q2 to the sampled arm) keeps each chosen arm's own decision
+    routed = res[((res["qid"] == "q1") & ~stoch) | ((res["qid"] == "q2") & stoch)]
+    back = read_trec_run(write_trec_run(routed, tmp_path / "routed.trec", tag="routed"))
+    assert set(back["arm"]) == {"routed"}
+    assert back.loc[back["qid"] == "q1", "score"].tolist() == routed.loc[routed["qid"] == "q1", "score"].tolist()
+    assert back.loc[back["qid"] == "q2", "score"].tolist() == [1.0, 0.5, 1 / 3]
 
 
 def test_write_runs_keyed_and_replaced_when_inputs_change(tmp_path):

@@ -104,7 +104,7 @@ def ordering_scores(results: pd.DataFrame) -> pd.Series:
 
 
 def write_trec_run(results: pd.DataFrame, path: str | Path, *, tag: str | None = None) -> Path:
-    """Write ``results`` (``qid, docid, rank, score`` and ``arm`` unless ``tag``) as a TREC run.
+    """Write ``results`` (``qid, docid, rank, score``, and ``arm`` unless ``tag``) as a TREC run.
 
     Rows are written by query (first appearance) and rank; scores go through `ordering_scores`.
     The file is written atomically.
@@ -115,11 +115,15 @@ def write_trec_run(results: pd.DataFrame, path: str | Path, *, tag: str | None =
     if missing:
         raise DataError(f"a run table needs column(s) {', '.join(missing)}")
     df = results.copy()
+    if "arm" not in df.columns:
+        if tag is None:
+            raise DataError("a run table needs an arm column or a tag")
+        df["arm"] = tag
+    # decided per arm before the tag replaces it: in a routed run each query keeps the scores
+    # of the arm chosen for it unless that arm's scores do not order its ranking
+    df["score"] = ordering_scores(df).to_numpy()
     if tag is not None:
         df["arm"] = tag
-    elif "arm" not in df.columns:
-        raise DataError("a run table needs an arm column or a tag")
-    df["score"] = ordering_scores(df).to_numpy()
     qpos = {q: i for i, q in enumerate(pd.unique(df["qid"]))}
     df = df.iloc[np.lexsort((df["rank"].to_numpy(), df["qid"].map(qpos).to_numpy()))]
     lines = [f"{_token(q, 'qid')} Q0 {_token(d, 'docid')} {int(r)} {float(s)!r} {_token(a, 'arm tag')}"

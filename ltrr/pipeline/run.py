@@ -185,6 +185,10 @@ class Run:
             # query type the run leaves out does not redo retrieval
             "corpus": _read_meta(self.dataset_path).get("tables", {}).get("corpus"),
         }
+        if is_irds(self.config.data["dataset"]):  # no build record: the corpus itself is hashed
+            from ltrr.data.trec import table_digest
+
+            inputs["corpus"] = table_digest(ds.corpus, ["docid", "title", "text"])
         if self._token_generator is not None:  # a packed arm's passages depend on the tokenizer
             inputs["tokenizer"] = self._token_generator.generator.identity
         fp = input_fingerprint(inputs)
