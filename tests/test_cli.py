@@ -289,7 +289,8 @@ def test_progress_bars_follow_the_terminal_and_the_level(monkeypatch):
 
 def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
     """`ltrr run`'s stages are registered in run order, each is also a command, and `ltrr retrieve`
-    writes the retrieval results and the recall table by itself (indexing first)."""
+    writes the retrieval results and their report by itself (indexing first); a stage's inputs'
+    fingerprint is the one its stage record keeps."""
     from ltrr.cli import build_parser
     from ltrr.pipeline.stages import RUN_ORDER, stages
 
@@ -301,8 +302,17 @@ def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
     assert main(["retrieve", str(cfg)]) == 0
     assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in capsys.readouterr().out
     assert (env / "run" / "retrieval" / "results.parquet").is_file()
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(str(cfg)), log=lambda m: None)
+    retrieve = stages.get("retrieve")
+    assert retrieve.fingerprint(run) == run.fingerprint_of("retrieve") and retrieve.is_fresh(run)
+    assert not stages.get("features").is_fresh(run)  # never ran
     assert main(["retrieve", str(cfg)]) == 0  # unchanged inputs: skipped, same table
-    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[retrieve] skipped: inputs unchanged" in out
+    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in out
 
 
 def test_old_flag_names_still_parse_with_a_deprecation_warning(capsys):

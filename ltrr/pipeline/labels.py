@@ -14,7 +14,15 @@ from ltrr.data.io import write_table_atomic
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
 
-__all__ = ["label_stage", "replicate_queries", "label_replicate", "export_generations"]
+__all__ = ["label_stage", "label_fingerprint", "replicate_queries", "label_replicate", "export_generations"]
+
+
+def label_fingerprint(run: RunContext) -> str:
+    """The fingerprint of the label stage's inputs: ``[labels]``, ``[generation]``, the retrieval."""
+    lcfg = run.config.labels
+    return input_fingerprint({"labels": lcfg, "generation": run.config.generation, "retrieve": run.fingerprint_of("retrieve"),
+                              # the replicate's test part follows the protocol's partition
+                              "partition": run.config.protocol["design_size"] if lcfg["replicate_template"] else None})
 
 
 def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None = None,
@@ -59,9 +67,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if lcfg["noise_floor"]:
         noise_arm = lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)
     template = load_template(gcfg["template"])
-    fp = input_fingerprint({"labels": lcfg, "generation": gcfg, "retrieve": run.fingerprint_of("retrieve"),
-                # the replicate's test part follows the protocol's partition
-                "partition": run.config.protocol["design_size"] if lcfg["replicate_template"] else None})
+    fp = label_fingerprint(run)
     out = run.labels_dir / "labels.parquet"
     if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
         from ltrr.dist.label import fill_cache_on_dask

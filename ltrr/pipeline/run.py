@@ -19,8 +19,8 @@ from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import bar, logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config, backend_settings
-from ltrr.data.irds import attach_answers, irds_slug, is_irds, load_irds
 from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
+from ltrr.data.irds import attach_answers, irds_slug, is_irds, load_irds
 from ltrr.data.sample import stratified_sample as _stratified_sample
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
@@ -173,8 +173,8 @@ class Run:
         self.log(f"[index] indexes ready in {self.index_dir} ({time.perf_counter() - t0:.1f}s)")
         return self.index_dir
 
-    def stage_retrieve(self, *, force: bool = False) -> Path:
-        """Run every arm on every query; write (qid, arm, rank, docid, score, text) as Parquet."""
+    def retrieve_fingerprint(self) -> str:
+        """The fingerprint of the retrieve stage's inputs: the pool, the seed, the queries, the corpus."""
         ds = self.dataset
         inputs = {
             "pool": self.pool.to_config(),
@@ -191,7 +191,12 @@ class Run:
             inputs["corpus"] = table_digest(ds.corpus, ["docid", "title", "text"])
         if self._token_generator is not None:  # a packed arm's passages depend on the tokenizer
             inputs["tokenizer"] = self._token_generator.generator.identity
-        fp = input_fingerprint(inputs)
+        return input_fingerprint(inputs)
+
+    def stage_retrieve(self, *, force: bool = False) -> Path:
+        """Run every arm on every query; write (qid, arm, rank, docid, score, text) as Parquet."""
+        ds = self.dataset
+        fp = self.retrieve_fingerprint()
         if not force and self.is_fresh("retrieve", fp, [self.results_path]):
             self.log(f"[retrieve] skipped: inputs unchanged, results in {self.results_path}")
             return self.results_path
@@ -261,14 +266,16 @@ class Run:
         if not path.exists():
             raise NotBuiltError(f"stage {stage} needs {path}, the output of stage {producer}; run `ltrr run` (or `ltrr {producer}`) first")
 
+    def features_fingerprint(self) -> str:
+        """The fingerprint of the features stage's inputs: the retrieval it reads, ``[features]``."""
+        return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features})
+
     def stage_features(self, *, force: bool = False) -> Path:
         """Raw routing features of every (query, arm) -> features/<run>/ (Parquet + .npy)."""
         from ltrr.features import extract_raw, write_feature_tables
 
         self.need("features", self.results_path, "retrieve")
-        rec = self.stage_record("retrieve")
-        fp = input_fingerprint({"retrieve": json.loads(rec.read_text())["fingerprint"] if rec.exists() else None,
-                    "features": self.config.features})
+        fp = self.features_fingerprint()
         out = self.features_dir / "raw.parquet"
         if not force and self.is_fresh("features", fp, [out]):
             self.log(f"[features] skipped: inputs unchanged, tables in {self.features_dir}")
@@ -327,6 +334,13 @@ class Run:
         rec = self.stage_record(stage)
         return json.loads(rec.read_text())["fingerprint"] if rec.exists() else None
 
+    def train_fingerprint(self, ranker: str | None = None) -> str:
+        """The fingerprint of the train stage's inputs for ``ranker`` (default ``[train] ranker``)."""
+        ranker = ranker or self.config.train["ranker"]
+        return input_fingerprint({"label": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
+                                  "ranker": ranker, "params": self.config.train["params"].get(ranker),
+                                  "feature_set": self.config.features["set"], "seed": self.config.seed})
+
     def stage_train(self, ranker: str | None = None, *, force: bool = False) -> Path:
         """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
 
@@ -337,9 +351,7 @@ class Run:
         ranker = ranker or self.config.train["ranker"]
         labels, raw = self.training_inputs()
         out = self.workdir / "models" / ranker
-        fp = input_fingerprint({"label": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
-                    "ranker": ranker, "params": self.config.train["params"].get(ranker),
-                    "feature_set": self.config.features["set"], "seed": self.config.seed})
+        fp = self.train_fingerprint(ranker)
         record = f"train-{ranker}"
         if not force and self.is_fresh(record, fp, [out / "router.json"]):
             self.log(f"[train] skipped: inputs unchanged, router in {out}")
@@ -372,6 +384,11 @@ class Run:
         has_answer = q[q["answers"].map(len) > 0]
         return str((has_answer if len(has_answer) else q)["question"].iloc[0])
 
+    def eval_fingerprint(self) -> str:
+        """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed."""
+        return input_fingerprint({"labels": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
+                                  "eval": self.config.eval, "train": self.config.train, "seed": self.config.seed})
+
     def stage_eval(self, *, force: bool = False) -> dict[str, Path]:
         """Train every router on each split's train queries and compare them on its test queries."""
         from ltrr.eval import evaluate_splits, make_splits, plots, write_report
@@ -384,9 +401,7 @@ class Run:
         labels, raw = self.training_inputs("eval")
         ecfg, tcfg = self.config.eval, self.config.train
         rankers = list(tcfg["rankers"] or DEFAULT_RANKERS)
-        fp = input_fingerprint({"labels": json.loads(self.stage_record("label").read_text())["fingerprint"] if self.stage_record("label").exists() else None,
-                    "features": json.loads(self.stage_record("features").read_text())["fingerprint"] if self.stage_record("features").exists() else None,
-                    "eval": ecfg, "train": tcfg, "seed": self.config.seed})
+        fp = self.eval_fingerprint()
         out = self.reports_dir / "results.csv"
         if not force and self.is_fresh("eval", fp, [out]):
             self.log(f"[eval] skipped: inputs unchanged, report in {self.reports_dir}")

@@ -1,7 +1,6 @@
 """The registry of a run's stages, and the runner of `ltrr run`.
 
-A `Stage` has a name, the fingerprint of the inputs it last ran on, its outputs and
-``execute(run, options)`` over the typed run context (`ltrr.pipeline.Run`). `run_stages` runs
+A `Stage` has a name, the fingerprint of its inputs, its outputs and ``execute(run, options)`` over the typed run context (`ltrr.pipeline.Run`). `run_stages` runs
 the registered stages of a config in `RUN_ORDER` and prints what each stage reports; every
 stage is also a command of its own (`Stage.command`, e.g. ``ltrr retrieve CONFIG``).
 """
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._registry import Registry
+from ltrr.pipeline.labels import label_fingerprint
 from ltrr.pipeline.run import Run
 
 __all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "protocol_docs", "route_hint",
@@ -61,6 +61,12 @@ class Stage:
         maps each stage run so far to its output.
     configured : callable, optional
         ``configured(run) -> bool``: whether the config asks for the stage (default: always).
+    inputs : callable, optional
+        ``inputs(run) -> str``: the fingerprint of the stage's inputs as they are now, which its
+        stage record keeps; None for the stages that check their inputs themselves (data and
+        index compare build parameters, the headline its protocol's inputs).
+    record : callable, optional
+        ``record(run) -> str``: the name of its stage record (default: the stage's name).
     """
 
     name: str
@@ -69,10 +75,20 @@ class Stage:
     outputs: Callable[[Run], list[Path]]
     report: Callable[[Run, dict], str | None] | None = None
     configured: Callable[[Run], bool] | None = None
+    inputs: Callable[[Run], str] | None = None
+    record: Callable[[Run], str] | None = None
 
     def fingerprint(self, run: Run) -> str | None:
-        """The fingerprint of the inputs this stage last ran on (its stage record), or None."""
-        return run.fingerprint_of(self.name)
+        """The fingerprint of the stage's inputs now (None when the stage checks them itself)."""
+        return None if self.inputs is None else self.inputs(run)
+
+    def record_name(self, run: Run) -> str:
+        return self.name if self.record is None else self.record(run)
+
+    def is_fresh(self, run: Run) -> bool:
+        """Whether `execute` would skip: its inputs are those of its stage record and its outputs exist."""
+        fp = self.fingerprint(run)
+        return fp is not None and run.is_fresh(self.record_name(run), fp, self.outputs(run))
 
     def is_configured(self, run: Run) -> bool:
         return True if self.configured is None else bool(self.configured(run))
@@ -187,6 +203,12 @@ def _stage_policy(run: Run, options: StageOptions) -> dict | None:
     return stage_policy(run, force=options.force)
 
 
+def _policy_fingerprint(run: Run) -> str:
+    from ltrr.policy.run import policy_fingerprint
+
+    return policy_fingerprint(run)
+
+
 def _policy_outputs(run: Run) -> list[Path]:
     from ltrr.policy.run import eval_dir
 
@@ -197,16 +219,18 @@ def _policy_outputs(run: Run) -> list[Path]:
 _register(Stage("data", "data build", lambda run, o: run.stage_data(force=False), lambda run: [run.dataset_path]))
 _register(Stage("index", "index", lambda run, o: run.stage_index(), lambda run: [run.index_dir]))
 _register(Stage("retrieve", "retrieve", lambda run, o: run.stage_retrieve(force=o.force),
-                lambda run: [run.results_path], report=_recall_report))
+                lambda run: [run.results_path], report=_recall_report, inputs=lambda run: run.retrieve_fingerprint()))
 _register(Stage("label", "label", lambda run, o: run.stage_label(force=o.force, tolerate_failures=o.tolerate_failures),
-                lambda run: [run.labels_dir / "labels.parquet"]))
+                lambda run: [run.labels_dir / "labels.parquet"], inputs=label_fingerprint))
 _register(Stage("features", "features", lambda run, o: run.stage_features(force=o.force),
-                lambda run: [run.features_dir / "raw.parquet"]))
-_register(Stage("eval", "eval", lambda run, o: run.stage_eval(force=o.force), lambda run: [run.reports_dir / "results.csv"]))
+                lambda run: [run.features_dir / "raw.parquet"], inputs=lambda run: run.features_fingerprint()))
+_register(Stage("eval", "eval", lambda run, o: run.stage_eval(force=o.force), lambda run: [run.reports_dir / "results.csv"],
+                inputs=lambda run: run.eval_fingerprint()))
 _register(Stage("train", "train", lambda run, o: run.stage_train(force=o.force),
-                lambda run: [run.workdir / "models" / run.config.train["ranker"] / "router.json"]))
+                lambda run: [run.workdir / "models" / run.config.train["ranker"] / "router.json"],
+                inputs=lambda run: run.train_fingerprint(), record=lambda run: f"train-{run.config.train['ranker']}"))
 _register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report=_policy_report,
-                configured=_policy_enabled))
+                configured=_policy_enabled, inputs=_policy_fingerprint))
 _register(Stage("headline", "protocol",
                 lambda run, o: protocol_docs(run, [run.config.seed], force=o.force)[0],
                 lambda run: [run.workdir / "protocol" / f"seed-{run.config.seed}" / "headline.json"],

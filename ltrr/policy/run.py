@@ -21,7 +21,7 @@ import pandas as pd
 from ltrr._errors import ConfigError
 from ltrr.data.io import write_text_atomic
 
-__all__ = ["arm_costs", "train_policy", "evaluate_policy", "policy_dir"]
+__all__ = ["arm_costs", "train_policy", "evaluate_policy", "policy_dir", "eval_dir", "stage_policy", "policy_fingerprint"]
 
 
 def _latency(run, n: int = 10) -> dict[str, float]:
@@ -224,17 +224,24 @@ def eval_dir(run, pcfg: dict, on: str = "test", seed: int | None = None) -> Path
                                      + ("-design" if on == "design" else "") + (f"-seed{seed}" if seed is not None else ""))
 
 
+def policy_fingerprint(run) -> str:
+    """The fingerprint of the policy stage's inputs: ``[policy]``, ``[train]``, ``[protocol]``, the
+    labels, the features and the seed."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps({"policy": run.config.policy, "train": run.config.train,
+                                      "protocol": run.config.protocol, "label": run.fingerprint_of("label"),
+                                      "features": run.fingerprint_of("features"), "seed": run.config.seed},
+                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def stage_policy(run, *, force: bool = False) -> dict | None:
     """`ltrr run`'s policy stage (when ``[policy]`` is enabled): the evaluation over budgets, then
     the policy at ``[policy] budget`` trained on every labelled query. Skipped when unchanged."""
-    import hashlib
-
     pcfg = run.config.policy
     if not pcfg["enabled"]:
         return None
-    fp = hashlib.sha256(json.dumps({"policy": pcfg, "train": run.config.train, "protocol": run.config.protocol,
-                                    "label": run.fingerprint_of("label"), "features": run.fingerprint_of("features"),
-                                    "seed": run.config.seed}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    fp = policy_fingerprint(run)
     out = eval_dir(run, pcfg) / "eval.json"
     if not force and run.is_fresh("policy", fp, [out]):
         run.log(f"[policy] skipped: inputs unchanged, evaluation in {out.parent}")
