@@ -4,7 +4,7 @@ Starts the server in this process (uvicorn in a thread, 127.0.0.1, the demo's ge
 its cache), then:
 
 - ``/v1/route``: N requests at concurrency C (default 200 at 8): p50 and p99 latency, throughput,
-  server errors, and the ratio of its p50 to in-process `LTRRouter.route()` on the same questions
+  server errors, and the ratio of its p50 to in-process `RoutedPipeline.route()` on the same questions
   (run first, one at a time);
 - ``/v1/chat/completions``: M requests at concurrency 4 (default 30): latency and the queue wait
   the server reports per request.
@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
     from ltrr.routers.ltr import LTRRouter
+    from ltrr.routers.pipeline import RoutedPipeline
     from ltrr.serve import RoutedRAG, ServeSettings, create_app
 
     ap = argparse.ArgumentParser()
@@ -58,12 +59,12 @@ def main(argv=None) -> int:
     qs = [questions[i % len(questions)] for i in range(args.route)]
     res: dict = {}
 
-    router = LTRRouter.load(MODEL)
-    router.route(qs[0])  # warm
+    pipe = RoutedPipeline.from_router(LTRRouter.load(MODEL))  # the pool loaded once, as the server does
+    pipe.route(qs[0])  # warm
     t = []
     for q in qs:
         t0 = time.perf_counter()
-        router.route(q)
+        pipe.route(q)
         t.append(time.perf_counter() - t0)
     res["in_process_route"] = {"n": len(t), "p50_s": _pct(t, 50), "p99_s": _pct(t, 99)}
 

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ltrr._errors import ConfigError
+
 __all__ = ["RoutedPipeline", "Routed", "ANSWER_TEMPLATE"]
 
 ANSWER_TEMPLATE = "short_answer"
@@ -150,7 +152,7 @@ class RoutedPipeline:
         from ltrr.packing import pack_query
 
         if self.generator is None:
-            raise ValueError("RoutedPipeline: packing counts tokens with the generator; give one")
+            raise ConfigError("RoutedPipeline: packing counts tokens with the generator; give generator=...")
         packed = pack_query(self.pool, routed.question, routed.arms, self.packing, self.generator.count_tokens)
         return packed.passages, packed.tokens
 
@@ -163,7 +165,7 @@ class RoutedPipeline:
         from ltrr.generation import answer_with_fallback
 
         if self.generator is None:
-            raise ValueError("RoutedPipeline.answer needs a generator")
+            raise ConfigError("RoutedPipeline.answer needs a generator; give generator=...")
         routed = self.route(question)
         passages, tokens = self.context(routed)
         arm = routed.arm
