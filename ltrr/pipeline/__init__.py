@@ -12,6 +12,9 @@ outputs exist is skipped, and the skip is said; an interrupted stage leaves no s
 the next run redoes (or, for labelling, resumes) it.
 """
 
+from ltrr.pipeline.context import RunContext
 from ltrr.pipeline.run import DEFAULT_RANKERS, STAGES, TRAIN_FREE, Run
+from ltrr.pipeline.stages import RUN_ORDER, Stage, StageOptions, run_stages, stages
 
-__all__ = ["Run", "STAGES", "DEFAULT_RANKERS", "TRAIN_FREE"]
+__all__ = ["Run", "RunContext", "Stage", "StageOptions", "stages", "run_stages", "RUN_ORDER", "STAGES",
+           "DEFAULT_RANKERS", "TRAIN_FREE"]
