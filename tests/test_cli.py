@@ -98,7 +98,7 @@ def test_index_search_run_on_tiny_dataset(env, capsys):
     assert "retrieves nothing" in capsys.readouterr().out
     assert main(["run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
-    assert "Recall@k" in out and (env / "run" / "retrieval" / "results.parquet").exists()
+    assert "ir_measures nDCG@10" in out and (env / "run" / "retrieval" / "results.parquet").exists()
     assert main(["run", str(cfg), "--retrieval-only"]) == 0
     assert "[retrieve] skipped: inputs unchanged" in capsys.readouterr().out
 

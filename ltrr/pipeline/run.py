@@ -486,7 +486,8 @@ class Run:
             self.log("[report] the dataset has no qrels: no retrieval measures")
             return None
         results = pd.read_parquet(self.results_path)
-        tables = measure_tables(results, ds.queries, ds.qrels, self.retrieval_measures(), arms=self.pool.arm_names)
+        arms = [a.name for a in self.pool.arms if not a.is_no_retrieval]  # closed book: nothing to measure
+        tables = measure_tables(results, ds.queries, ds.qrels, self.retrieval_measures(), arms=arms)
         out = self.workdir / "reports"
         long = pd.concat([t.rename_axis("qtype").reset_index().melt(id_vars="qtype", var_name="arm").assign(measure=m)
                           for m, t in tables.items()], ignore_index=True)
