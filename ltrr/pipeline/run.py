@@ -386,8 +386,11 @@ class Run:
 
     def eval_fingerprint(self) -> str:
         """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed."""
+        # the retrieval tables' measures change no router figure (and a run saved before the key
+        # existed keeps its fingerprint)
+        ecfg = {k: v for k, v in self.config.eval.items() if k != "retrieval_measures"}
         return input_fingerprint({"labels": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
-                                  "eval": self.config.eval, "train": self.config.train, "seed": self.config.seed})
+                                  "eval": ecfg, "train": self.config.train, "seed": self.config.seed})
 
     def stage_eval(self, *, force: bool = False) -> dict[str, Path]:
         """Train every router on each split's train queries and compare them on its test queries."""
