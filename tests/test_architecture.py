@@ -16,7 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ltrr"
 # ground-floor modules any part of ltrr may import by their private names
-GROUND = {"ltrr._errors", "ltrr._registry", "ltrr._log", "ltrr._tables", "ltrr._version"}
+GROUND = {
+    "ltrr._errors",
+    "ltrr._registry",
+    "ltrr._log",
+    "ltrr._tables",
+    "ltrr._version",
+    "ltrr._atomic",
+}
 
 
 def _module_name(path: Path) -> str:

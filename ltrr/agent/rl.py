@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
 
 __all__ = ["training_questions", "make_rollouts", "run_grpo", "run_rft"]
@@ -134,11 +135,9 @@ def plot_training(record: dict, path: Path) -> Path:
         ax.set_xlabel("step")
     fig.suptitle(f"GRPO, alpha {record['alpha']}, {record['steps']} steps", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=90)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=90)
     plt.close(fig)
-    tmp.replace(path)
     return path
 
 

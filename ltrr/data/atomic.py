@@ -2,33 +2,24 @@
 
 Below every reader and writer of the data floor (`ltrr.data.io` re-exports these, and the
 format modules such as `ltrr.data.trec` write through them without importing the loaders).
+The implementation is `ltrr._atomic`, on the ground floor, so that the floors beside data
+(generation) write through the same helpers.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from ltrr._atomic import (
+    atomic_path,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_table_atomic,
+    write_text_atomic,
+)
 
-import pandas as pd
-
-__all__ = ["write_table_atomic", "write_text_atomic"]
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write a text file atomically (temporary file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a Parquet table atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path
+__all__ = [
+    "atomic_path",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "write_table_atomic",
+    "write_text_atomic",
+]

@@ -17,13 +17,13 @@ function returns the path it wrote.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
 
 __all__ = [
@@ -46,10 +46,8 @@ def _figure(width: float, height: float):
 
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=120)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
     return path
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ltrr._atomic import atomic_path, write_text_atomic
 from ltrr._errors import DataError
 from ltrr._tables import markdown_table
 from ltrr.eval.routing import ATOL, RESULT_COLUMNS, Evaluation
@@ -377,15 +377,12 @@ def _jsonable(obj):
 
 
 def _write_text(path: Path, text: str) -> Path:
-    from ltrr.data.io import write_text_atomic
-
     return write_text_atomic(path, text)
 
 
 def _write_csv(df: pd.DataFrame, path: Path, index: bool) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=index, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=index, encoding="utf-8")
     return path
 
 

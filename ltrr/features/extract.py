@@ -41,25 +41,33 @@ An arm without passages (the no-retrieval arm always; a retrieval arm that found
 query) has NaN post-retrieval features: models that cannot take NaN get them imputed by
 `ltrr.features.FeaturePipeline` (median fit on training rows, plus an indicator column).
 
+The tables, their containers and files are in `ltrr.features.raw` (re-exported here).
 Computation is batched: for a batch of queries, the passages of all arms are laid out in one
 ``(queries, arms, k, dim)`` array and every feature is a few numpy reductions over it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr._errors import ConfigError, DataError
+from ltrr.features.raw import (  # re-exported: their home was this module
+    BOOK_COLUMNS,
+    KEY_COLUMNS,
+    POST_COLUMNS,
+    PRE_COLUMNS,
+    RAW_COLUMNS,
+    RAW_VERSION,
+    QueryRaw,
+    RawFeatures,
+    read_feature_tables,
+    write_feature_tables,
+)
 from ltrr.retrieval.base import validate_queries, validate_results
 
 __all__ = [
@@ -78,17 +86,6 @@ __all__ = [
     "read_feature_tables",
 ]
 
-#: version of the raw feature definitions; bump when a definition changes
-RAW_VERSION = 1
-KEY_COLUMNS = ("qid", "arm")
-BOOK_COLUMNS = ("is_no_retrieval", "n_docs")
-PRE_COLUMNS = ("query_length", "query_type")
-POST_COLUMNS = ("overall_sim", "avg_sim", "max_sim", "var_sim", "moran", "cross_ret_sim")
-RAW_COLUMNS = (*KEY_COLUMNS, *BOOK_COLUMNS, *PRE_COLUMNS, *POST_COLUMNS)
-
-_TABLE_FILE = "raw.parquet"
-_EMB_FILE = "query_embeddings.npy"
-_META_FILE = "raw_meta.json"
 
 _WORDS = re.compile(r"\w+(?:['\u2019\-]\w+)*")
 
@@ -102,86 +99,6 @@ def query_length(question: str) -> int:
     5
     """
     return len(_WORDS.findall(question))
-
-
-@dataclass
-class RawFeatures:
-    """Raw features of every (query, arm) plus the query embeddings, stored once per query.
-
-    Parameters
-    ----------
-    table : DataFrame
-        One row per (qid, arm) with the columns `RAW_COLUMNS`, queries in input order and arms
-        in pool order within each query.
-    query_embeddings : ndarray of shape (n_queries, dim)
-        Unit-length query embeddings, row ``i`` for ``qids[i]``.
-    qids : list of str
-        Row order of ``query_embeddings``.
-    arms : list of str
-        Arm names in pool order (the tie-break order of routers).
-    no_retrieval : list of str
-        The no-retrieval arms among ``arms``.
-    meta : dict
-        ``version`` (`RAW_VERSION`), ``encoder``, ``k``, ``moran_neighbours``, ``query_type``.
-
-    Examples
-    --------
-    >>> raw = extract_raw(queries, results, arms=["bm25", "dense", "none"],
-    ...                   no_retrieval="none")  # doctest: +SKIP
-    >>> train = raw.subset(train_qids)  # doctest: +SKIP
-    """
-
-    table: pd.DataFrame
-    query_embeddings: np.ndarray
-    qids: list[str]
-    arms: list[str]
-    no_retrieval: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def check_columns(self, columns: Sequence[str]) -> None:
-        """Raise `DataError` naming the columns of ``columns`` that the table lacks."""
-        if not isinstance(self.table, pd.DataFrame):
-            raise DataError(
-                f"RawFeatures.table must be a DataFrame, got {type(self.table).__name__}"
-            )
-        missing = [c for c in columns if c not in self.table.columns]
-        if missing:
-            raise DataError(
-                f"the raw feature table is missing column(s) {', '.join(missing)}; it has "
-                f"{', '.join(map(str, self.table.columns))}. Re-extract it with "
-                "ltrr.features.extract_raw (or `ltrr features CONFIG`)"
-            )
-
-    def embeddings_for(self, qids: Sequence[str] | np.ndarray) -> np.ndarray:
-        """Query embeddings of ``qids`` (rows in the order given); unknown qid -> `DataError`."""
-        row_of = {q: i for i, q in enumerate(self.qids)}
-        rows = []
-        for q in qids:
-            r = row_of.get(str(q))
-            if r is None:
-                raise DataError(f"qid {q!r} has no query embedding in these raw features")
-            rows.append(r)
-        return np.asarray(self.query_embeddings)[np.asarray(rows, dtype=np.int64)]
-
-    def subset(self, qids: Sequence[str]) -> RawFeatures:
-        """The rows and embeddings of ``qids`` only (order of this object kept)."""
-        keep = {str(q) for q in qids}
-        unknown = sorted(keep - set(self.qids))
-        if unknown:
-            raise DataError(f"subset: qid(s) {unknown[:5]} are not in these raw features")
-        rows = [i for i, q in enumerate(self.qids) if q in keep]
-        table = self.table[self.table["qid"].astype(str).isin(keep)].reset_index(drop=True)
-        return RawFeatures(
-            table=table,
-            query_embeddings=np.asarray(self.query_embeddings)[np.asarray(rows, dtype=np.int64)],
-            qids=[self.qids[i] for i in rows],
-            arms=list(self.arms),
-            no_retrieval=list(self.no_retrieval),
-            meta=dict(self.meta),
-        )
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -543,55 +460,6 @@ def extract_raw(
 
 
 # ---- one query, no pandas: the routing fast path ---------------------------------------------
-@dataclass
-class QueryRaw:
-    """Raw features of one query as arrays: what a router needs to route it, without a table.
-
-    `extract_query` builds it; ``FeaturePipeline.transform_query`` and
-    ``LTRRouter.route_query`` consume it. Values equal `extract_raw`'s for the same query
-    (`to_raw` gives the `RawFeatures` form).
-
-    Parameters
-    ----------
-    qid, question : str
-    columns : dict of str to ndarray of shape (n_arms,)
-        The numeric columns of `RAW_COLUMNS` (bookkeeping, pre- and post-retrieval), one value
-        per arm in ``arms`` order.
-    query_embedding : ndarray of shape (dim,)
-        Unit-length query embedding (float32).
-    arms, no_retrieval : list of str
-    meta : dict
-        As `RawFeatures.meta`.
-    """
-
-    qid: str
-    question: str
-    columns: dict[str, np.ndarray]
-    query_embedding: np.ndarray
-    arms: list[str]
-    no_retrieval: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def to_raw(self) -> RawFeatures:
-        """The same features as a one-query `RawFeatures` (the table form)."""
-        A = len(self.arms)
-        table = pd.DataFrame(
-            {
-                "qid": pd.Series([self.qid] * A, dtype=object),
-                "arm": pd.Series(list(self.arms), dtype=object),
-                **{c: self.columns[c] for c in RAW_COLUMNS[2:]},
-            }
-        )
-        return RawFeatures(
-            table=table,
-            query_embeddings=self.query_embedding[None, :],
-            qids=[self.qid],
-            arms=list(self.arms),
-            no_retrieval=list(self.no_retrieval),
-            meta=dict(self.meta),
-        )
-
-
 _CLASSIFIERS: dict[str, Any] = {}
 
 
@@ -699,77 +567,3 @@ def extract_query(
     meta = _raw_meta(enc, k, moran_neighbours, query_type)
     return QueryRaw(qid=str(qid), question=question, columns=columns,
                     query_embedding=Q[0].astype(np.float32), arms=arm_list, no_retrieval=nr, meta=meta)
-
-
-# ---- persistence ----------------------------------------------------------------------------
-def _replace(tmp: Path, final: Path) -> None:
-    try:
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_feature_tables(raw: RawFeatures, folder: str | Path) -> Path:
-    """Write ``raw`` into ``folder`` atomically; returns the folder.
-
-    Files: ``raw.parquet`` (the table), ``query_embeddings.npy`` and ``raw_meta.json`` (qids in
-    embedding order, arms, no-retrieval arms, meta). Each file is written to a temporary name
-    and renamed; the JSON goes last, so a folder with it is complete.
-    """
-    if not isinstance(raw, RawFeatures):
-        raise DataError(f"write_feature_tables needs RawFeatures, got {type(raw).__name__}")
-    raw.check_columns(RAW_COLUMNS)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex
-    (folder / _META_FILE).unlink(missing_ok=True)
-    tmp = folder / f".{_TABLE_FILE}.{tag}.tmp"
-    raw.table.to_parquet(tmp, index=False)
-    _replace(tmp, folder / _TABLE_FILE)
-    tmp = folder / f".{_EMB_FILE}.{tag}.tmp"
-    with open(tmp, "wb") as fh:
-        np.save(fh, np.asarray(raw.query_embeddings, dtype=np.float32), allow_pickle=False)
-    _replace(tmp, folder / _EMB_FILE)
-    meta = {
-        "qids": [str(x) for x in raw.qids],
-        "arms": list(raw.arms),
-        "no_retrieval": list(raw.no_retrieval),
-        "meta": raw.meta,
-    }
-    tmp = folder / f".{_META_FILE}.{tag}.tmp"
-    tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    _replace(tmp, folder / _META_FILE)
-    return folder
-
-
-def read_feature_tables(folder: str | Path) -> RawFeatures:
-    """Read what `write_feature_tables` wrote; `NotBuiltError` if the folder is incomplete."""
-    folder = Path(folder)
-    paths = [folder / _META_FILE, folder / _TABLE_FILE, folder / _EMB_FILE]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        raise NotBuiltError(
-            f"{folder}: no complete feature tables (missing {', '.join(missing)}); run `ltrr features CONFIG`"
-        )
-    try:
-        meta = json.loads(paths[0].read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{paths[0]}: not valid JSON ({exc}); the file is damaged") from None
-    table = pd.read_parquet(paths[1])
-    for c in KEY_COLUMNS:  # the same dtype as extract_raw gives (Parquet reads back strings)
-        if c in table.columns:
-            table[c] = table[c].astype(object)
-    raw = RawFeatures(
-        table=table,
-        query_embeddings=np.load(paths[2], allow_pickle=False),
-        qids=[str(x) for x in meta["qids"]],
-        arms=[str(a) for a in meta["arms"]],
-        no_retrieval=[str(a) for a in meta["no_retrieval"]],
-        meta=dict(meta["meta"]),
-    )
-    if raw.query_embeddings.shape[0] != len(raw.qids):
-        raise DataError(
-            f"{folder}: {raw.query_embeddings.shape[0]} query embeddings for {len(raw.qids)} qids"
-        )
-    return raw

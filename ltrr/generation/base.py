@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Generation", "DecodingParams", "Generator", "GeneratorWrapper", "WrapsGenerator"]
+__all__ = [
+    "Generation",
+    "DecodingParams",
+    "Generator",
+    "GeneratorWrapper",
+    "WrapsGenerator",
+    "count_prompt_tokens",
+]
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ class Generator(ABC):
 
     def count_tokens(self, text: str) -> int:
         """Number of tokens of ``text`` under this model's tokenizer (a whitespace estimate by default)."""
-        return max(1, int(len(text.split()) * 1.3))
+        return _estimate_tokens(text)
 
     @property
     def context_length(self) -> int:
@@ -133,6 +140,22 @@ class GeneratorWrapper(WrapsGenerator, Generator):
 
     def count_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         """Tokens of the chat ``messages`` as the wrapped generator's prompt."""
-        from ltrr.generation.prompts import count_prompt_tokens
-
         return count_prompt_tokens(self.generator, messages)
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, int(len(text.split()) * 1.3))
+
+
+def count_prompt_tokens(generator: Generator | None, messages: list[dict[str, str]]) -> int:
+    """Tokens of a chat prompt under ``generator`` (exact when the backend can count them).
+
+    Backends that render a chat template expose ``count_prompt_tokens``; otherwise the message
+    contents are counted with ``generator.count_tokens`` plus a small per-message overhead.
+    """
+    if generator is None:
+        return sum(_estimate_tokens(m["content"]) + 4 for m in messages)
+    exact = getattr(generator, "count_prompt_tokens", None)
+    if callable(exact):
+        return int(exact(messages))
+    return sum(generator.count_tokens(m["content"]) + 4 for m in messages)

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr._registry import Registry
 
@@ -206,10 +207,8 @@ def model_file(name: str) -> Path:
                 and recorded[1] == str(out.stat().st_size) and _parts_older_than(model, out)):
             return out
     parts = _part_files(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     h = hashlib.sha256()
-    try:
+    with atomic_path(out) as tmp:
         with open(tmp, "wb") as dst:
             for part in parts:
                 with open(part, "rb") as src:
@@ -218,9 +217,6 @@ def model_file(name: str) -> Path:
                         dst.write(block)
         if h.hexdigest() != model.sha256:
             raise _mismatch(model, h.hexdigest())
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     stamp.write_text(f"{model.sha256} {out.stat().st_size}\n")
     return out
 

@@ -25,11 +25,11 @@ import gzip
 import hashlib
 import importlib.resources
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ltrr._atomic import atomic_path, write_json_atomic
 from ltrr._errors import DataError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 from ltrr.generation.cache import GenerationCache, cache_key
@@ -87,17 +87,13 @@ class RecordingGenerator(GeneratorWrapper):
 def write_prebuilt(records: dict[str, dict], path: str | Path, *, meta: dict | None = None) -> dict:
     """Write records as deterministic gzipped JSONL plus a ``.json`` sidecar with its sha256."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-        for key in sorted(records):
-            gz.write((json.dumps(records[key], sort_keys=True, ensure_ascii=False) + "\n").encode())
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+            for key in sorted(records):
+                gz.write((json.dumps(records[key], sort_keys=True, ensure_ascii=False) + "\n").encode())
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     side = {"sha256": digest, "rows": len(records), **(meta or {})}
-    stmp = path.with_suffix(".json.tmp")
-    stmp.write_text(json.dumps(side, indent=2, sort_keys=True))
-    os.replace(stmp, _sidecar(path))
+    write_json_atomic(_sidecar(path), side, indent=2, sort_keys=True)
     return side
 
 

@@ -17,7 +17,6 @@ a held-out calibration part of the training queries.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.policy.objective import (
     best_feasible_tau,
@@ -330,9 +330,8 @@ class BudgetPolicy(BaseEstimator):
         arrays.update(x_mean=np.ascontiguousarray(self.x_mean_, np.float64),
                       x_scale=np.ascontiguousarray(self.x_scale_, np.float64),
                       costs=np.ascontiguousarray(self.costs_, np.float64))
-        tmp = path / "head.safetensors.tmp"
-        save_file(arrays, str(tmp))
-        os.replace(tmp, path / "head.safetensors")
+        with atomic_path(path / "head.safetensors") as tmp:
+            save_file(arrays, str(tmp))
         meta = {"format": HEAD_FORMAT, "params": self.get_params(), "tau": self.tau_, "lambda": self.lambda_,
                 "c_max": self.c_max_, "n_features_in": self.n_features_in_, "n_calibration": self.n_calibration_,
                 "history": self.history_}

@@ -15,8 +15,6 @@ decisions. A saved policy refuses a pool with other arms or other costs.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
+from ltrr._atomic import atomic_path, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.policy.estimator import BudgetPolicy
@@ -275,17 +274,14 @@ class PolicyRouter(Router):
         self.ltr_.save(path / "ltr")
         self.head_.save(path / "head")
         if self.representation == "lm":
-            tmp = path / "lm_pca.safetensors.tmp"
-            # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
-            save_file({"mean": np.ascontiguousarray(self.lm_mean_),
-                       "components": np.ascontiguousarray(self.lm_components_)}, str(tmp))
-            os.replace(tmp, path / "lm_pca.safetensors")
+            with atomic_path(path / "lm_pca.safetensors") as tmp:
+                # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
+                save_file({"mean": np.ascontiguousarray(self.lm_mean_),
+                           "components": np.ascontiguousarray(self.lm_components_)}, str(tmp))
         meta = {"format": POLICY_FORMAT, "router": "policy", "ltrr_version": __version__,
                 "params": self.get_params(), "arms": self.arms_, "costs": self.costs_,
                 "n_train_queries": self.n_train_queries_}
-        from ltrr.data.io import write_text_atomic
-
-        write_text_atomic(path / "policy.json", json.dumps(meta, indent=2, sort_keys=True, default=str))
+        write_json_atomic(path / "policy.json", meta, indent=2, sort_keys=True, default=str)
         return path
 
     @classmethod

@@ -12,13 +12,13 @@ States are cached in one safetensors file per (generator, pooling): a key per qu
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import ConfigError
 
 __all__ = ["question_states", "POOLINGS"]
@@ -93,8 +93,6 @@ def question_states(generator: Any, questions: Sequence[str], *, pooling: str = 
         if cache_file is not None:
             from safetensors.numpy import save_file
 
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_name(cache_file.name + f".{os.getpid()}.tmp")
-            save_file({k: np.ascontiguousarray(v) for k, v in cached.items()}, str(tmp))
-            os.replace(tmp, cache_file)
+            with atomic_path(cache_file) as tmp:
+                save_file({k: np.ascontiguousarray(v) for k, v in cached.items()}, str(tmp))
     return np.stack([cached[k] for k in keys]).astype(np.float64)

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from ltrr._atomic import write_json_atomic
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers._validation import RankerParameterError, check_qid
@@ -179,9 +180,7 @@ class BaseRanker(BaseEstimator):
                 "state": state,
                 "files": files,
             }
-            tmp = path / (META_FILE + ".tmp")
-            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-            tmp.replace(path / META_FILE)
+            write_json_atomic(path / META_FILE, meta, indent=2, sort_keys=True)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return path

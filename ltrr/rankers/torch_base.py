@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
 from ltrr.rankers._validation import RankerParameterError
 from ltrr.rankers.base import BaseRanker
@@ -184,13 +185,12 @@ def save_tensors(tensors: dict[str, Any], file: Path, fmt: str) -> None:
     """Write tensors to ``file`` as safetensors (tagged with ``fmt``), atomically."""
     from safetensors.torch import save_file
 
-    tmp = file.with_name(file.name + ".tmp")
-    save_file(
-        {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-        str(tmp),
-        metadata={"format": fmt},
-    )
-    tmp.replace(file)
+    with atomic_path(file) as tmp:
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+            str(tmp),
+            metadata={"format": fmt},
+        )
 
 
 def load_tensors(file: Path, fmt: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
+from ltrr._atomic import write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._registry import Registry
 from ltrr._version import __version__
@@ -212,14 +213,6 @@ def corpus_fingerprint(docids: Sequence[str], texts: Sequence[str]) -> str:
         h.update(t.encode("utf-8", "surrogatepass"))
         h.update(b"\x01")
     return h.hexdigest()
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to ``path`` through a temporary file renamed into place."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def replace_dir(tmp: Path, final: Path) -> None:
@@ -412,7 +405,7 @@ class Retriever(BaseEstimator, ABC):
                 "corpus_sha256": self.corpus_sha256_,
                 "state": extra,
             }
-            write_json_atomic(tmp / META_FILE, meta)
+            write_json_atomic(tmp / META_FILE, meta, indent=2, sort_keys=True)
             replace_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

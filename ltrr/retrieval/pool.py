@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ import pandas as pd
 # importing these registers the "bm25" and "dense" retriever types
 import ltrr.retrieval.bm25  # noqa: F401
 import ltrr.retrieval.dense  # noqa: F401
+from ltrr._atomic import write_table_atomic
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.data.schema import POOL_COLUMNS
 from ltrr.retrieval.base import (
@@ -650,17 +649,7 @@ class Pool:
         show_progress: bool = False,
     ) -> Path:
         """`search` and write the table to Parquet atomically; returns the path."""
-        df = self.search(queries, arms, show_progress=show_progress)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            df.to_parquet(tmp, index=False)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        return path
+        return write_table_atomic(self.search(queries, arms, show_progress=show_progress), path)
 
     def __repr__(self) -> str:
         return f"Pool(arms={self.arm_names!r}, retrievers={sorted(self.retrievers)!r})"

@@ -27,7 +27,6 @@ the utility matrix).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
+from ltrr._atomic import atomic_path, write_text_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.routers.reference import _frame, utility_frame
@@ -183,13 +183,10 @@ class KNNRouter(Router):
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        tmp = path / "knn.safetensors.tmp"
-        # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
-        save_file({"embeddings": np.ascontiguousarray(self.embeddings_),
-                   "utility": np.ascontiguousarray(self.utility_)}, str(tmp))
-        os.replace(tmp, path / "knn.safetensors")
-        from ltrr.data.io import write_text_atomic
-
+        with atomic_path(path / "knn.safetensors") as tmp:
+            # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
+            save_file({"embeddings": np.ascontiguousarray(self.embeddings_),
+                       "utility": np.ascontiguousarray(self.utility_)}, str(tmp))
         meta = {"format": KNN_FORMAT, "router": "knn", "ltrr_version": __version__,
                 "params": self.get_params(), "arms": self.arms_}
         write_text_atomic(path / "router.json", json.dumps(meta, indent=2, sort_keys=True))

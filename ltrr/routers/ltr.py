@@ -11,8 +11,6 @@ feature pipeline (``features/``) and the ranker in its library's own format (``r
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
+from ltrr._atomic import write_json_atomic
 from ltrr._errors import DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers.tags import RankerTags, ranker_tags
@@ -270,9 +269,7 @@ class LTRRouter(Router):
             "no_retrieval": self.no_retrieval_,
             "n_train_queries": self.n_train_queries_,
         }
-        tmp = path / "router.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
-        os.replace(tmp, path / "router.json")
+        write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True, default=str)
         return path
 
     @classmethod

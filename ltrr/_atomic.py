@@ -1,0 +1,80 @@
+"""Atomic writes: a temporary file in the same folder, then a rename over the target.
+
+On the ground floor, so every floor writes its files through it (`ltrr.data.atomic`
+re-exports it for the data floor's modules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandas is imported by the caller that hands over a table
+    import pandas as pd
+
+__all__ = [
+    "atomic_path",
+    "write_bytes_atomic",
+    "write_json_atomic",
+    "write_table_atomic",
+    "write_text_atomic",
+]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, *, suffix: str = "") -> Iterator[Path]:
+    """A temporary path beside ``path`` for a writer that needs a file name (safetensors,
+    Parquet, a figure): renamed onto ``path`` when the block ends, removed if it raises.
+
+    The temporary name is hidden and unique (``.NAME.<uuid>.tmp`` plus ``suffix``, for writers
+    that read the format from the extension), so concurrent writers never share one, and the
+    folder is created if needed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "out.bin"
+    >>> with atomic_path(target) as tmp:
+    ...     _ = tmp.write_bytes(b"data")
+    >>> target.read_bytes()
+    b'data'
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write a binary file atomically (temporary file in the same folder, then rename)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write a UTF-8 text file atomically (temporary file in the same folder, then rename)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_json_atomic(path: str | Path, obj: Any, **dumps: Any) -> Path:
+    """Write ``json.dumps(obj, **dumps)`` to ``path`` atomically."""
+    return write_text_atomic(path, json.dumps(obj, **dumps))
+
+
+def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a Parquet table atomically (temporary file, then rename)."""
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+    return Path(path)
