@@ -1,7 +1,7 @@
 """The stages of a run and the main job (`ltrr run`).
 
 `Run` is the typed run context: a config's paths, its config sections, the dataset, the pool
-and the seed, and one method per stage. `stages` is the registry of the stages `ltrr run`
+and the seed, and one method per stage. `ltrr.pipeline.stages.stages` is the registry of the stages `ltrr run`
 runs in order (data, index, retrieve, label, features, eval, train, policy when configured,
 and the headline protocol), each also a command of its own (`ltrr retrieve CONFIG`, ...);
 `run_stages` runs them.
@@ -14,7 +14,8 @@ the next run redoes (or, for labelling, resumes) it.
 
 from ltrr.pipeline.context import RunContext
 from ltrr.pipeline.run import DEFAULT_RANKERS, STAGES, TRAIN_FREE, Run
-from ltrr.pipeline.stages import RUN_ORDER, Stage, StageOptions, run_stages, stages
+# the registry itself is `ltrr.pipeline.stages.stages`: exporting it here would hide the module
+from ltrr.pipeline.stages import RUN_ORDER, Stage, StageOptions, run_stages
 
-__all__ = ["Run", "RunContext", "Stage", "StageOptions", "stages", "run_stages", "RUN_ORDER", "STAGES",
+__all__ = ["Run", "RunContext", "Stage", "StageOptions", "run_stages", "RUN_ORDER", "STAGES",
            "DEFAULT_RANKERS", "TRAIN_FREE"]

@@ -59,6 +59,8 @@ class Stage:
     report : callable, optional
         ``report(run, outputs) -> str | None``: what `run_stages` prints after it; ``outputs``
         maps each stage run so far to its output.
+    preamble : callable, optional
+        ``preamble(run, outputs) -> str | None``: what `run_stages` prints before it.
     configured : callable, optional
         ``configured(run) -> bool``: whether the config asks for the stage (default: always).
     inputs : callable, optional
@@ -77,6 +79,7 @@ class Stage:
     configured: Callable[[Run], bool] | None = None
     inputs: Callable[[Run], str] | None = None
     record: Callable[[Run], str] | None = None
+    preamble: Callable[[Run, dict], str | None] | None = None
 
     def fingerprint(self, run: Run) -> str | None:
         """The fingerprint of the stage's inputs now (None when the stage checks them itself)."""
@@ -108,13 +111,18 @@ def run_stages(run: Run, *, until: str | None = None, options: StageOptions = St
     for name in RUN_ORDER:
         stage = stages.get(name)
         if stage.is_configured(run):
+            _say(out, stage.preamble, run, done)
             done[name] = stage.execute(run, options)
-            text = stage.report(run, done) if stage.report is not None else None
-            if text is not None:
-                out(text)
+            _say(out, stage.report, run, done)
         if name == until:
             break
     return done
+
+
+def _say(out: Callable[[str], None], report: Callable[[Run, dict], str | None] | None, run: Run, done: dict) -> None:
+    text = report(run, done) if report is not None else None
+    if text is not None:
+        out(text)
 
 
 # ---- reports ------------------------------------------------------------------------------------
@@ -184,10 +192,14 @@ def _policy_report(run: Run, done: dict) -> str | None:
             + budgets_markdown(done["policy"], run.config.policy["trainers"]))
 
 
+def _train_hint(run: Run, done: dict) -> str | None:
+    # said before the headline's protocol runs, after the policy's table
+    return route_hint(run, done["train"]) if "train" in done else None
+
+
 def _headline_report(run: Run, done: dict) -> str:
-    # the trained router first, then the headline, then where the evaluation's tables are
-    parts = [route_hint(run, done["train"])] if "train" in done else []
-    parts.append(headline_text(run, done["headline"]))
+    # the headline, then where the evaluation's tables are
+    parts = [headline_text(run, done["headline"])]
     if "eval" in done:
         parts.append(results_notes(run, done["eval"]))
     return "\n".join(parts)
@@ -234,4 +246,4 @@ _register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report
 _register(Stage("headline", "protocol",
                 lambda run, o: protocol_docs(run, [run.config.seed], force=o.force)[0],
                 lambda run: [run.workdir / "protocol" / f"seed-{run.config.seed}" / "headline.json"],
-                report=_headline_report))
+                report=_headline_report, preamble=_train_hint))
