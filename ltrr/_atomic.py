@@ -1,7 +1,7 @@
 """Atomic writes: a temporary file in the same folder, then a rename over the target.
 
-On the ground floor, so every floor writes its files through it (`ltrr.data.atomic`
-re-exports it for the data floor's modules).
+On the ground floor, so every floor writes its files through it (`ltrr.data.io` re-exports
+`write_text_atomic` and `write_table_atomic`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ltrr._atomic import write_table_atomic, write_text_atomic  # re-exported (__all__)
 from ltrr._errors import DataError, NotBuiltError
-from ltrr.data.atomic import write_table_atomic, write_text_atomic  # re-exported (__all__)
 from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
 
 __all__ = [

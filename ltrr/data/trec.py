@@ -109,7 +109,7 @@ def write_trec_run(results: pd.DataFrame, path: str | Path, *, tag: str | None =
     Rows are written by query (first appearance) and rank; scores go through `ordering_scores`.
     The file is written atomically.
     """
-    from ltrr.data.atomic import write_text_atomic
+    from ltrr._atomic import write_text_atomic
 
     missing = [c for c in ("qid", "docid", "rank", "score") if c not in results.columns]
     if missing:
@@ -183,7 +183,7 @@ def read_trec_qrels(path: str | Path) -> pd.DataFrame:
 
 def write_trec_qrels(qrels: pd.DataFrame, path: str | Path) -> Path:
     """Write ``qid, docid, relevance`` as a TREC qrels file (iteration 0)."""
-    from ltrr.data.atomic import write_text_atomic
+    from ltrr._atomic import write_text_atomic
 
     lines = [f"{_token(q, 'qid')} 0 {_token(d, 'docid')} {int(r)}\n"
              for q, d, r in zip(qrels["qid"], qrels["docid"], qrels["relevance"], strict=True)]
@@ -272,7 +272,7 @@ def write_trec_runs(runs: dict[str, pd.DataFrame], folder: str | Path, key: RunK
     Run files that an earlier call wrote from other inputs (another `RunKey`) are removed
     first, and the replacement is said, so a folder never mixes runs of different inputs.
     """
-    from ltrr.data.atomic import write_text_atomic
+    from ltrr._atomic import write_text_atomic
 
     folder = Path(folder)
     old = read_run_key(folder)
