@@ -213,3 +213,21 @@ def test_packed_context_in_serving_and_route_answer(trained, capsys):
     assert out["context_tokens"] is not None and out["context_tokens"] <= 40 and out["passages"]
     assert main(["route", str(model), q, "--token-budget", "64"]) == 2
     assert "add --answer" in capsys.readouterr().err
+
+
+def test_one_routing_path_and_no_state_between_calls(server):
+    """The LTR router's route, the server and a RoutedPipeline rank a question alike (one code
+    path), and routing leaves nothing on the router (no last results, no cached pool)."""
+    from ltrr.routers import LTRRouter, RoutedPipeline
+
+    live, service, model = server
+    router = LTRRouter.load(model)
+    state = set(vars(router))
+    q = "what is the capital of paris 3"
+    routed = RoutedPipeline.from_router(router).route(q)
+    assert routed.ranking.equals(router.route(q))
+    assert set(vars(router)) == state
+    served = service.route("ltrr", q)
+    assert [(x["arm"], x["rank"]) for x in served["ranking"]] == list(zip(routed.ranking["arm"], routed.ranking["rank"],
+                                                                        strict=True))
+    assert [p["docid"] for p in served["passages"]] == routed.arm_passages()["docid"].astype(str).tolist()

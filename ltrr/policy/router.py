@@ -27,8 +27,8 @@ from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.policy.estimator import BudgetPolicy
 from ltrr.policy.objective import check_costs
-from ltrr.routers.reference import _frame, utility_frame
-from ltrr.routers.trainfree import Router, _table, rank_scores
+from ltrr.routers.reference import score_frame, utility_frame
+from ltrr.routers.trainfree import Router, rank_scores, routing_table
 
 __all__ = ["PolicyRouter", "REPRESENTATIONS", "POLICY_FORMAT"]
 
@@ -213,14 +213,14 @@ class PolicyRouter(Router):
 
     def route_scores(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The deployed rule's score ``logit - tau * cost / c_max`` of every (query, arm)."""
-        table = _table(raw)
+        table = routing_table(raw)
         X = self.policy_rows(raw, question_states)
         z = self.head_.decision_logits(X)
         c = np.asarray([self.costs_[a] for a in self.arms_]) / self.head_.c_max_
         s = z - self.head_.tau_ * c[None, :]
         qi = pd.Index([str(q) for q in raw.qids]).get_indexer(table["qid"].astype(str))
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
-        return _frame(table, s[qi, ai])
+        return score_frame(table, s[qi, ai])
 
     def ranking(self, raw: Any, **route_kwargs: Any) -> pd.DataFrame:
         """Each query's arms by the deployed rule, best first; an exact tie goes to the cheaper
@@ -230,11 +230,11 @@ class PolicyRouter(Router):
 
     def predict_proba(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The stochastic policy ``pi(a | q)`` as ``DataFrame[qid, arm, prob]``."""
-        table = _table(raw)
+        table = routing_table(raw)
         p = self.head_.predict_proba(self.policy_rows(raw, question_states))
         qi = pd.Index([str(q) for q in raw.qids]).get_indexer(table["qid"].astype(str))
         ai = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
-        return _frame(table, p[qi, ai]).rename(columns={"score": "prob"})
+        return score_frame(table, p[qi, ai]).rename(columns={"score": "prob"})
 
     def routing_inputs(self, queries: pd.DataFrame, results: pd.DataFrame) -> dict:
         """The questions' LLM states for the ``lm`` representation (``question_states``), else nothing."""

@@ -20,6 +20,7 @@ from ltrr.routers.reference import (  # noqa: E402  (registers the reference rou
     NoRetrievalRouter,
     OracleRouter,
     RandomRouter,
+    score_frame,
 )
 from ltrr.routers.spec import make_router, parse_router_spec  # noqa: E402
 from ltrr.routers.trainfree import (
@@ -33,6 +34,7 @@ from ltrr.routers.trainfree import (
     arm_order,
     rank_scores,
     routers,
+    routing_table,
 )
 
 __all__ = [
@@ -54,6 +56,8 @@ __all__ = [
     "routers",
     "arm_order",
     "rank_scores",
+    "score_frame",
+    "routing_table",
     "make_router",
     "parse_router_spec",
 ]

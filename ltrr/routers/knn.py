@@ -37,8 +37,8 @@ from sklearn.exceptions import NotFittedError
 from ltrr._atomic import atomic_path, write_text_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
-from ltrr.routers.reference import _frame, utility_frame
-from ltrr.routers.trainfree import Router, _table, routers
+from ltrr.routers.reference import score_frame, utility_frame
+from ltrr.routers.trainfree import Router, routers, routing_table
 
 __all__ = ["KNNRouter", "KNN_FORMAT"]
 
@@ -151,7 +151,7 @@ class KNNRouter(Router):
         return num / np.where(den > 0, den, 1.0)
 
     def route_scores(self, raw: Any) -> pd.DataFrame:
-        table = _table(raw)
+        table = routing_table(raw)
         qids, emb = _embeddings_of(raw, "routes")
         unknown = sorted(set(table["arm"].astype(str)) - set(getattr(self, "arms_", [])))
         if hasattr(self, "arms_") and unknown:
@@ -161,7 +161,7 @@ class KNNRouter(Router):
         if (qpos < 0).any():
             raise DataError("the routing table has query ids without a query embedding")
         apos = pd.Index(self.arms_).get_indexer(table["arm"].astype(str))
-        return _frame(table, s[qpos, apos])
+        return score_frame(table, s[qpos, apos])
 
     def route_query(self, qraw: Any) -> list[tuple[str, float]]:
         """Rank the arms of one query (`ltrr.features.QueryRaw`): ``[(arm, score), ...]``, best first."""

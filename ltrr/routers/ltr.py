@@ -22,7 +22,7 @@ from ltrr._atomic import write_json_atomic
 from ltrr._errors import DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers.tags import RankerTags, ranker_tags
-from ltrr.routers.reference import _frame
+from ltrr.routers.reference import score_frame
 from ltrr.routers.trainfree import Router, routers
 
 __all__ = ["LTRRouter", "ROUTER_FORMAT"]
@@ -169,7 +169,7 @@ class LTRRouter(Router):
         if unknown:
             raise DataError(f"the router was trained on arms {self.arms_}, not {list(raw.arms)}")
         scores = np.asarray(self.ranker_.predict(self._matrix(raw, texts)), dtype=float)
-        return _frame(raw.table, scores)
+        return score_frame(raw.table, scores)
 
     def route_query(self, qraw: Any) -> list[tuple[str, float]]:
         """Rank the arms of one query from its `ltrr.features.QueryRaw`: ``[(arm, score), ...]``,

@@ -15,9 +15,9 @@ import pandas as pd
 from sklearn.exceptions import NotFittedError
 
 from ltrr._errors import DataError
-from ltrr.routers.trainfree import Router, _table, routers
+from ltrr.routers.trainfree import Router, routers, routing_table
 
-__all__ = ["OracleRouter", "BestSingleRouter", "RandomRouter", "NoRetrievalRouter", "utility_frame"]
+__all__ = ["score_frame", "OracleRouter", "BestSingleRouter", "RandomRouter", "NoRetrievalRouter", "utility_frame"]
 
 
 def utility_frame(labels: pd.DataFrame, value: str = "utility") -> pd.DataFrame:
@@ -31,7 +31,7 @@ def utility_frame(labels: pd.DataFrame, value: str = "utility") -> pd.DataFrame:
     return lab.pivot(index="qid", columns="arm", values=value)
 
 
-def _frame(table: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
+def score_frame(table: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"qid": table["qid"].astype(str).to_numpy(), "arm": table["arm"].astype(str).to_numpy(),
                          "score": np.asarray(score, dtype=float)})
 
@@ -54,10 +54,10 @@ class OracleRouter(Router):
     def route_scores(self, raw: Any) -> pd.DataFrame:
         if not hasattr(self, "utility_"):
             raise NotFittedError("OracleRouter is not fitted; call fit(raw, labels) first")
-        table = _table(raw)
+        table = routing_table(raw)
         u = self.utility_.stack(future_stack=True).rename("score")
         idx = pd.MultiIndex.from_arrays([table["qid"].astype(str), table["arm"].astype(str)])
-        return _frame(table, u.reindex(idx).to_numpy())
+        return score_frame(table, u.reindex(idx).to_numpy())
 
 
 @routers.register("best-single")
@@ -79,8 +79,8 @@ class BestSingleRouter(Router):
     def route_scores(self, raw: Any) -> pd.DataFrame:
         if not hasattr(self, "arm_"):
             raise NotFittedError("BestSingleRouter is not fitted; call fit(raw, labels) first")
-        table = _table(raw)
-        return _frame(table, (table["arm"].astype(str) == self.arm_).astype(float))
+        table = routing_table(raw)
+        return score_frame(table, (table["arm"].astype(str) == self.arm_).astype(float))
 
 
 @routers.register("random")
@@ -93,12 +93,12 @@ class RandomRouter(Router):
         self.random_state = random_state
 
     def route_scores(self, raw: Any) -> pd.DataFrame:
-        table = _table(raw)
+        table = routing_table(raw)
         score = [
             int.from_bytes(hashlib.sha256(f"{self.random_state}:{q}:{a}".encode()).digest()[:8], "big") / 2**64
             for q, a in zip(table["qid"].astype(str), table["arm"].astype(str), strict=True)
         ]
-        return _frame(table, np.array(score))
+        return score_frame(table, np.array(score))
 
 
 @routers.register("no-retrieval")
@@ -111,7 +111,7 @@ class NoRetrievalRouter(Router):
         self.arm = arm
 
     def route_scores(self, raw: Any) -> pd.DataFrame:
-        table = _table(raw)
+        table = routing_table(raw)
         if self.arm not in set(table["arm"].astype(str)):
             raise DataError(f"no-retrieval router: arm {self.arm!r} is not in the table")
-        return _frame(table, (table["arm"].astype(str) == self.arm).astype(float))
+        return score_frame(table, (table["arm"].astype(str) == self.arm).astype(float))

@@ -51,12 +51,14 @@ __all__ = [
     "routers",
     "arm_order",
     "rank_scores",
+    "routing_table",
 ]
 
 routers: Registry = Registry("router")
 
 
-def _table(raw: Any) -> pd.DataFrame:
+def routing_table(raw: Any) -> pd.DataFrame:
+    """The (qid, arm, ...) table of ``raw`` (RawFeatures or a DataFrame), its columns checked."""
     table = getattr(raw, "table", raw)
     if not isinstance(table, pd.DataFrame):
         raise DataError(
@@ -73,7 +75,7 @@ def arm_order(raw: Any) -> list[str]:
     arms = getattr(raw, "arms", None)
     if arms:
         return [str(a) for a in arms]
-    return [str(a) for a in pd.unique(_table(raw)["arm"].astype(str))]
+    return [str(a) for a in pd.unique(routing_table(raw)["arm"].astype(str))]
 
 
 def rank_scores(scores: pd.DataFrame, arms: list[str] | None = None) -> pd.DataFrame:
@@ -174,7 +176,7 @@ class FeatureRouter(Router):
         self.higher_is_better = higher_is_better
 
     def route_scores(self, raw: Any) -> pd.DataFrame:
-        table = _table(raw)
+        table = routing_table(raw)
         if self.feature not in table.columns:
             raise DataError(
                 f"router {self.name!r} needs the raw feature column {self.feature!r}, which the "
