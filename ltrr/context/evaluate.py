@@ -47,7 +47,7 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
 
     The router is the one ``preregistration.json`` names, trained on the design part.
     """
-    from ltrr.eval.headline import _fit_predict
+    from ltrr.eval.headline import fit_predict_candidate
     from ltrr.eval.protocol import design_test_partition
 
     seed = run.config.seed if seed is None else int(seed)
@@ -61,7 +61,7 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
     part = design_test_partition(queries, design_size=prereg["design_size"], random_state=seed)
     cand = next(c for c in prereg["candidates"] if c["router"] == prereg["router"])
     test = list(part.test)
-    scores = _fit_predict(run, cand, raw, labels.set_index("qid"), part.train, test)
+    scores = fit_predict_candidate(run, cand, raw, labels.set_index("qid"), part.train, test)
     order = {qid: sorted(scores.columns, key=lambda a, r=scores.loc[qid]: (-float(r[a]), str(a))) for qid in test}
     return test, order, prereg, labels
 

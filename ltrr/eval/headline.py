@@ -36,7 +36,7 @@ from ltrr.eval.protocol import (
     power_analysis,
 )
 
-__all__ = ["run_protocol", "captured_share", "protocol_summary"]
+__all__ = ["run_protocol", "captured_share", "protocol_summary", "fit_predict_candidate"]
 
 
 def captured_share(r, b, o, *, random_state=0, n_resamples: int = 2000) -> dict:
@@ -88,8 +88,9 @@ def _fit_predict_router(router, label: str, raw, labels_idx: pd.DataFrame, train
     return router.route_scores(raw.subset(test)).pivot(index="qid", columns="arm", values="score")
 
 
-def _fit_predict(run, cand: dict, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
-    """Fit candidate ``cand`` on the ``train`` queries and score the arms of ``test``."""
+def fit_predict_candidate(run, cand: dict, raw, labels_idx: pd.DataFrame, train, test) -> pd.DataFrame:
+    """Fit candidate ``cand`` (the protocol's router choice) on the ``train`` queries; its scores of
+    the ``test`` queries as a qid x arm matrix (context packing routes with it)."""
     return _fit_predict_router(_candidate_router(run, cand), cand["label"], raw, labels_idx, train, test)
 
 
