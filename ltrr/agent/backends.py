@@ -170,7 +170,7 @@ def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingPara
     """
     import torch
 
-    from ltrr.generation.transformers_backend import _stop_criteria
+    from ltrr.generation.transformers_backend import stop_criteria
 
     start = time.perf_counter()
     eos = tokenizer.eos_token_id
@@ -181,7 +181,7 @@ def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingPara
     else:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     if params.stop:
-        kwargs["stopping_criteria"] = _stop_criteria(tokenizer, params.stop, len(ids))
+        kwargs["stopping_criteria"] = stop_criteria(tokenizer, params.stop, len(ids))
     input_ids = torch.tensor([ids], dtype=torch.long, device=device if device is not None else model.device)
     training = model.training
     try:
@@ -333,15 +333,15 @@ class OpenAICompletionsLM(_GeneratorLM):
 
         def parse(response: Any, attempts: int, started: float, t0: float) -> Any:
             from ltrr.generation.base import Generation
-            from ltrr.generation.openai_backend import _Malformed
+            from ltrr.generation.openai_backend import MalformedResponse
 
             try:
                 choice = response.json()["choices"][0]
                 new = choice["text"]
             except (ValueError, KeyError, IndexError, TypeError):
-                raise _Malformed(f"no choices[0].text in {response.text[:200]!r}") from None
+                raise MalformedResponse(f"no choices[0].text in {response.text[:200]!r}") from None
             if not isinstance(new, str):
-                raise _Malformed(f"choices[0].text is not a string: {new!r}")
+                raise MalformedResponse(f"choices[0].text is not a string: {new!r}")
             holder.update(choice=choice, usage=response.json().get("usage") or {})
             return Generation(text=new, latency_s=time.perf_counter() - t0)
 

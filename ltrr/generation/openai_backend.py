@@ -31,7 +31,7 @@ __all__ = ["OpenAIGenerator"]
 _RETRY_STATUS = {408, 409, 425, 429}
 
 
-class _Malformed(Exception):
+class MalformedResponse(Exception):
     """The server answered 200 with a body that is not a chat completion."""
 
 
@@ -270,23 +270,23 @@ class OpenAIGenerator(Generator):
         try:
             data = response.json()
         except ValueError as exc:
-            raise _Malformed(
+            raise MalformedResponse(
                 f"response body is not JSON ({exc}): {response.text[:200]!r}"
             ) from None
         try:
             choice = data["choices"][0]
             text = choice["message"]["content"]
         except (KeyError, IndexError, TypeError):
-            raise _Malformed(
+            raise MalformedResponse(
                 f"response has no choices[0].message.content: {str(data)[:200]!r}"
             ) from None
         if not isinstance(text, str):
-            raise _Malformed(f"choices[0].message.content is not a string: {text!r}")
+            raise MalformedResponse(f"choices[0].message.content is not a string: {text!r}")
         if params.json_mode:
             try:
                 json.loads(text)
             except ValueError:
-                raise _Malformed(
+                raise MalformedResponse(
                     f"JSON mode was asked but the content is not JSON: {text[:200]!r}"
                 ) from None
         return text, {"data": data, "finish_reason": choice.get("finish_reason")}
@@ -318,7 +318,7 @@ class OpenAIGenerator(Generator):
 
     def _post(self, client: Any, headers: dict[str, str], index: int, endpoint: str, body: dict, parse) -> Generation:
         """POST ``body`` with bounded retries; ``parse`` turns a 200 response into a Generation
-        (raising `_Malformed` for a response it cannot read, which is retried)."""
+        (raising `MalformedResponse` for a response it cannot read, which is retried)."""
         import httpx
 
         # Jitter seeded per prompt position, so retry timing does not depend on thread order.
@@ -341,7 +341,7 @@ class OpenAIGenerator(Generator):
                 if status == 200:
                     try:
                         return parse(response, attempts, started, t0)
-                    except _Malformed as exc:
+                    except MalformedResponse as exc:
                         error = f"malformed response: {exc}"
                 else:
                     detail = response.text[:300]
@@ -434,7 +434,7 @@ def _prompt_logprobs(response: Any, start: int, end: int, t0: float) -> Generati
         data = response.json()
         lp = data["choices"][0].get("logprobs")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        raise _Malformed(f"response has no choices[0]: {response.text[:200]!r}") from None
+        raise MalformedResponse(f"response has no choices[0]: {response.text[:200]!r}") from None
     if not lp or not lp.get("token_logprobs") or not lp.get("text_offset"):
         return Generation(text="", latency_s=time.perf_counter() - t0,
                           error="the server returned no prompt log-probabilities (echo with logprobs); "
@@ -444,7 +444,7 @@ def _prompt_logprobs(response: Any, start: int, end: int, t0: float) -> Generati
     vals = [v for v, off, stop in zip(lp["token_logprobs"], offs, ends, strict=False)
             if stop > start and off < end and v is not None]
     if not vals:
-        raise _Malformed("no echoed token falls inside the answer")
+        raise MalformedResponse("no echoed token falls inside the answer")
     return Generation(text="", prompt_tokens=sum(1 for off in lp["text_offset"] if off < start),
                       completion_tokens=len(vals), latency_s=time.perf_counter() - t0,
                       extra={"token_logprobs": [float(v) for v in vals]})

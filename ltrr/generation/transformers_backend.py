@@ -114,7 +114,7 @@ def _resolve(model: str | os.PathLike[str] | None) -> tuple[Path, str | None]:
     )
 
 
-def _stop_criteria(tokenizer: Any, stops: Sequence[str], n_prompt: int) -> Any:
+def stop_criteria(tokenizer: Any, stops: Sequence[str], n_prompt: int) -> Any:
     """Stop when the decoded completion contains a stop string.
 
     Written here rather than using transformers' ``stop_strings``: its token-table construction
@@ -396,7 +396,7 @@ class TransformersGenerator(Generator):
             # generation_config, which greedy decoding ignores anyway.
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if params.stop:
-            kwargs["stopping_criteria"] = _stop_criteria(tokenizer, params.stop, n_in)
+            kwargs["stopping_criteria"] = stop_criteria(tokenizer, params.stop, n_in)
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         try:
             # fork_rng keeps the seed local to this call instead of resetting the caller's RNG.
