@@ -7,7 +7,6 @@ A dataset on disk is a folder holding ``queries`` and ``corpus`` tables (``.parq
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import pandas as pd
 
 from ltrr._atomic import write_table_atomic, write_text_atomic  # re-exported (__all__)
 from ltrr._errors import DataError, NotBuiltError
+from ltrr.data.lines import utf8_lines
 from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
 
 __all__ = [
@@ -52,22 +52,12 @@ def read_jsonl(path: str | Path, *, required: tuple[str, ...] = ()) -> list[dict
     """
     path = Path(path)
     rows = []
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start} of the "
-                                "line); save the file as UTF-8") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            rows.append(_check_row(path, lineno, obj, required))
+    for lineno, line in utf8_lines(path):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        rows.append(_check_row(path, lineno, obj, required))
     return rows
 
 

@@ -21,7 +21,6 @@ were the same.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -31,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._errors import DataError, NotBuiltError
+from ltrr.data.lines import utf8_lines
 
 __all__ = [
     "RUN_COLUMNS",
@@ -55,17 +55,8 @@ def _lines(path: Path):
     """``(lineno, fields)`` of the non-blank lines of a UTF-8 text file (BOM allowed)."""
     if not path.is_file():
         raise NotBuiltError(f"{path}: no such file")
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
-            fields = line.split()
-            if fields:
-                yield lineno, fields
+    for lineno, line in utf8_lines(path):
+        yield lineno, line.split()
 
 
 def _token(value, what: str) -> str:
