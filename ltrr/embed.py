@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ltrr._cpu import cpu_kernels
 from ltrr._errors import ConfigError, MissingDependencyError
 from ltrr._registry import Registry
 
@@ -140,7 +141,9 @@ class SentenceTransformerEncoder(Encoder):
 
     @property
     def identity(self) -> str:
-        return f"st:{self.name}:{_folder_identity(self.path)}"
+        # the CPU kernels change the last bits of an embedding (ltrr._cpu), so an index or a
+        # feature table built under other kernels is not this encoder's
+        return f"st:{self.name}:{_folder_identity(self.path)}:{cpu_kernels() if self.device == 'cpu' else self.device}"
 
     def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
         return self.model.encode(

@@ -23,6 +23,7 @@ GROUND = {
     "ltrr._tables",
     "ltrr._version",
     "ltrr._atomic",
+    "ltrr._cpu",
 }
 
 
