@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ltrr._errors import ConfigError
-from ltrr.rankers import BaseRanker, RankerTags, rankers, ranker_tags
+from ltrr.rankers import BaseRanker, RankerTags, ranker_tags, rankers
 
 TEXT_RANKERS = {"transformer-pointwise", "transformer-pairwise", "transformer-listwise"}
 TORCH_RANKERS = TEXT_RANKERS | {"ffn-pointwise", "ffn-pairwise", "listnet-listwise"}

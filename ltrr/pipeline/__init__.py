@@ -14,6 +14,7 @@ the next run redoes (or, for labelling, resumes) it.
 
 from ltrr.pipeline.context import RunContext
 from ltrr.pipeline.run import DEFAULT_RANKERS, STAGES, TRAIN_FREE, Run
+
 # the registry itself is `ltrr.pipeline.stages.stages`: exporting it here would hide the module
 from ltrr.pipeline.stages import RUN_ORDER, Stage, StageOptions, run_stages
 
