@@ -17,6 +17,18 @@ from ltrr.pipeline.context import RunContext
 __all__ = ["label_stage", "label_fingerprint", "replicate_queries", "label_replicate", "export_generations"]
 
 
+
+def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, template, **kwargs):
+    """`ltrr.labels.label_queries` with the run's own settings: its seed, the ``[generation]``
+    chunk size, prompt-token cap and decoding parameters of ``template``, and every arm of its pool."""
+    from ltrr.labels import label_queries
+
+    gcfg = run.config.generation
+    kwargs.setdefault("arms", run.pool.arm_names)
+    return label_queries(queries, results, template=template, seed=run.config.seed,
+                         chunk_size=gcfg["chunk_size"], max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
+                         params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]), **kwargs)
+
 def label_fingerprint(run: RunContext) -> str:
     """The fingerprint of the label stage's inputs: ``[labels]``, ``[generation]``, the retrieval."""
     lcfg = run.config.labels
@@ -40,7 +52,6 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     """
     from ltrr.generation import load_template
     from ltrr.labels import (
-        label_queries,
         raise_for_failures,
         summarise,
         summary_markdown,
@@ -112,13 +123,10 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
              f"template {template.identity}, metric {metric}; cache {run.cache_path}")
     t0 = time.perf_counter()
     with bar(total=n_items, desc="label", unit="item") as pbar:
-        labelled = label_queries(
-            queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
+        labelled = _label(
+            run, queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
             template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
-            noise_arm=noise_arm, seed=run.config.seed, chunk_size=gcfg["chunk_size"],
-            max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
-            likelihood=lcfg["likelihood"],
-            params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
+            noise_arm=noise_arm, progress=pbar.update, likelihood=lcfg["likelihood"],
         )
     summary = summarise(labelled.labels, labelled.noise, seed=run.config.seed)
     summary["generator_calls"] = generator.generator_calls
@@ -173,9 +181,8 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
     nothing is written then.
     """
     from ltrr.generation import load_template
-    from ltrr.labels import label_queries
 
-    lcfg, gcfg = run.config.labels, run.config.generation
+    lcfg = run.config.labels
     template = load_template(lcfg["replicate_template"])
     sub = replicate_queries(run, queries)
     if only is not None:
@@ -185,11 +192,9 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
     run.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
     t0 = time.perf_counter()
     with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
-        rep = label_queries(sub, results, arms=arms, no_retrieval=no_retrieval, generator=generator,
-                            template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
-                            seed=run.config.seed, chunk_size=gcfg["chunk_size"],
-                            max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=pbar.update,
-                            params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+        rep = _label(run, sub, results, arms=arms, no_retrieval=no_retrieval, generator=generator,
+                     template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
+                     progress=pbar.update)
     if only is not None:
         return {}
     write_table_atomic(rep.labels, run.labels_dir / "replicate.parquet")
@@ -204,7 +209,6 @@ def export_generations(run: RunContext, out: Path) -> dict:
     """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""
     from ltrr.generation import load_template
     from ltrr.generation.prebuilt import RecordingGenerator, write_prebuilt
-    from ltrr.labels import label_queries
     from ltrr.metrics import parse_metric
 
     run.need("cache export", run.labels_dir / "labels.parquet", "label")
@@ -215,19 +219,12 @@ def export_generations(run: RunContext, out: Path) -> dict:
     nr = [a.name for a in pool.arms if a.is_no_retrieval]
     noise_arm = (lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)) if lcfg["noise_floor"] else None
     template = load_template(gcfg["template"])
-    label_queries(run.dataset.queries, pd.read_parquet(run.results_path), arms=pool.arm_names, no_retrieval=nr[0],
-                  generator=rec, template=template, scorer=parse_metric("em").bind(), metric_name="em",
-                  noise_arm=noise_arm, seed=run.config.seed, chunk_size=gcfg["chunk_size"],
-                  max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
-                  params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]),
-                  likelihood=lcfg["likelihood"])
+    results = pd.read_parquet(run.results_path)
+    _label(run, run.dataset.queries, results, no_retrieval=nr[0], generator=rec, template=template,
+           scorer=parse_metric("em").bind(), metric_name="em", noise_arm=noise_arm, likelihood=lcfg["likelihood"])
     if lcfg["replicate_template"]:
-        rep = load_template(lcfg["replicate_template"])
-        label_queries(replicate_queries(run, run.dataset.queries), pd.read_parquet(run.results_path), arms=pool.arm_names, no_retrieval=nr[0],
-                      generator=rec, template=rep, scorer=parse_metric("em").bind(), metric_name="em",
-                      seed=run.config.seed, chunk_size=gcfg["chunk_size"],
-                      max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
-                      params=rep.default_params(max_new_tokens=gcfg["max_new_tokens"]))
+        _label(run, replicate_queries(run, run.dataset.queries), results, no_retrieval=nr[0], generator=rec,
+               template=load_template(lcfg["replicate_template"]), scorer=parse_metric("em").bind(), metric_name="em")
     from ltrr._version import __version__
 
     return write_prebuilt(rec.records, out, meta={"made_by": "ltrr label", "ltrr_version": __version__,
