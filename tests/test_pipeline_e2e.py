@@ -336,6 +336,18 @@ def test_label_shards_fill_the_cache_replicate_included(project, capsys, monkeyp
     assert main(["label", str(cfg), "--shard", "2/2", "--force"]) == 2
     assert "--shard must be I/N with 0 <= I < N, got 2/2" in capsys.readouterr().err
 
+    # `ltrr cache export` writes exactly what the labelling used, replicate included: merged into
+    # an empty cache, it labels the run again with no generator call
+    out = root / "shards-export.jsonl.gz"
+    assert main(["cache", "export", str(cfg), str(out)]) == 0
+    assert main(["cache", "merge", str(out), "--into", str(root / "from-export.sqlite")]) == 0
+    cfg.write_text(cfg.read_text().replace(f"cache = \"{root / 'shards.sqlite'}\"",
+                                           f"cache = \"{root / 'from-export.sqlite'}\""))
+    capsys.readouterr()
+    assert main(["label", str(cfg), "--force"]) == 0
+    again = json.loads((root / "shards" / "labels" / "summary.json").read_text())
+    assert again["generator_calls"] == 0 and again["cache_hits"] > 0
+
 
 def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     """[policy] makes `ltrr run` evaluate budgeted policies; `ltrr policy train` saves one that
