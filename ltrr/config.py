@@ -86,6 +86,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "max_obs_tokens": ((int,), 150),  # tokens of passages per <information>
         "max_new_tokens": ((int,), 96),  # tokens per model turn
         "alpha": ((float,), 0.2),  # cost reward's weight, counted only for a correct answer
+        "reward": ((str,), "ltrr"),  # a named reward of ltrr.agent.reward_options.REWARDS: ltrr or router-r1
         "token_price": ((float,), 0.001),  # cost of one injected token, in arm-cost units
         "metric": ((str,), "recall"),  # outcome reward (a registry metric)
         "correct_threshold": ((float,), 1.0),  # outcome at which an answer counts as correct

@@ -6,6 +6,9 @@ injects, and finishes with ``<answer>...</answer>``.
 
 - `ltrr.agent.rewards`: `format_reward`, `outcome_reward`, `trajectory_cost`,
   `CostNormaliser`, `total_reward` (numpy only).
+- `ltrr.agent.reward_options`: the named rewards of ``[agent] reward`` (`REWARDS`:
+  ``ltrr``, ``router-r1``), `agent_reward`, and Router-R1's released rules
+  (`router_r1_format`, `router_r1_total`, `squad_f1`, `squad_em`).
 - `ltrr.agent.prompt`: the system prompt and one descriptor line per arm (`build_messages`,
   `describe_arm`).
 - `ltrr.agent.backends`: models that continue a partial assistant turn: `TransformersLM` and
@@ -34,6 +37,13 @@ _EXPORTS = {
     "build_messages": "ltrr.agent.prompt",
     "describe_arm": "ltrr.agent.prompt",
     "system_prompt": "ltrr.agent.prompt",
+    "REWARDS": "ltrr.agent.reward_options",
+    "ROUTER_R1_FORMAT_RULES": "ltrr.agent.reward_options",
+    "agent_reward": "ltrr.agent.reward_options",
+    "router_r1_format": "ltrr.agent.reward_options",
+    "router_r1_total": "ltrr.agent.reward_options",
+    "squad_em": "ltrr.agent.reward_options",
+    "squad_f1": "ltrr.agent.reward_options",
     "FORMAT_RULES": "ltrr.agent.rewards",
     "CostNormaliser": "ltrr.agent.rewards",
     "format_reward": "ltrr.agent.rewards",

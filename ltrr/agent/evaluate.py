@@ -157,7 +157,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     seconds = time.perf_counter() - t0
     score_trajectories(trajs, gold, arm_costs=run.pool.costs, normaliser=normaliser, alpha=acfg["alpha"],
                        token_price=acfg["token_price"], metric=acfg["metric"],
-                       correct_threshold=acfg["correct_threshold"])
+                       correct_threshold=acfg["correct_threshold"], reward=acfg["reward"])
     agent = {m: np.array([outcome_reward(t.answer, gold[t.qid], m, question=t.question) for t in trajs])
              for m in dict.fromkeys([acfg["metric"], *METRICS])}
     valid = np.array([t.rewards["format"] == 0 for t in trajs])

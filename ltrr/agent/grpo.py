@@ -165,7 +165,7 @@ class RouterRollouts:
         A rolling (training-mode) normaliser.
     group_size : int
         TRL's ``num_generations``.
-    alpha, token_price, metric, correct_threshold
+    alpha, token_price, metric, correct_threshold, reward
         The reward's settings (`ltrr.agent.trajectory.score_trajectories`).
     seed : int
         The run's seed (`sample_seed`).
@@ -178,7 +178,7 @@ class RouterRollouts:
     def __init__(self, loop_for: Callable[[str], Any], questions: Mapping[str, str], gold: Mapping[str, Sequence[str]],
                  arm_costs: Mapping[str, float], normaliser: Any, group_size: int, *, alpha: float = 0.0,
                  token_price: float = 0.0, metric: str = "recall", correct_threshold: float = 1.0, seed: int = 0,
-                 out: Path | None = None, batch: int = 1):
+                 out: Path | None = None, batch: int = 1, reward: str = "ltrr"):
         self.loop_for = loop_for
         self.rollout_batch = batch
         self.questions = dict(questions)
@@ -190,6 +190,7 @@ class RouterRollouts:
         self.token_price = token_price
         self.metric = metric
         self.correct_threshold = correct_threshold
+        self.reward_name = reward
         self.seed = int(seed)
         self.out = None if out is None else Path(out)
         self.batch: list = []
@@ -245,7 +246,7 @@ class RouterRollouts:
         trajs = [self.batch[int(i)] for i in rollout_index]
         totals = score_trajectories(trajs, self.gold, arm_costs=self.arm_costs, normaliser=self.normaliser,
                                     alpha=self.alpha, token_price=self.token_price, metric=self.metric,
-                                    correct_threshold=self.correct_threshold)
+                                    correct_threshold=self.correct_threshold, reward=self.reward_name)
         g = self.group_size
         groups = np.asarray(totals, dtype=float).reshape(-1, g)
         row = {"step": int(getattr(trainer_state, "global_step", -1)) + 1,

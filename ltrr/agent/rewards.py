@@ -13,6 +13,11 @@ A trajectory is scored by three parts, combined hierarchically by `total_reward`
 Everything here is a pure function of plain values (numpy only), so a trainer, an evaluator and
 a test compute the same numbers.
 
+This is the ``"ltrr"`` reward of ``[agent] reward``; ``"router-r1"`` reproduces Router-R1's
+released rules for parity (`ltrr.agent.reward_options`, whose `LtrrReward` says why ours differs:
+tags nested in order, a search naming its arm exactly, any registry metric as the outcome, the
+cost counted only for a correct answer).
+
 Examples
 --------
 >>> text = "<think>I need a fact.</think><search>bm25: capital of Australia</search>"

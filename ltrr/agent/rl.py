@@ -81,7 +81,7 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
                               run.pool.costs, CostNormaliser(window=spec.window), spec.group_size, alpha=alpha,
                               token_price=acfg["token_price"], metric=acfg["metric"],
                               correct_threshold=acfg["correct_threshold"], seed=run.config.seed, out=out,
-                              batch=acfg["rollout_batch"])
+                              batch=acfg["rollout_batch"], reward=acfg["reward"])
     return rollouts, questions
 
 

@@ -332,6 +332,7 @@ def score_trajectories(
     token_price: float = 0.0,
     metric: Any = "recall",
     correct_threshold: float = 1.0,
+    reward: str = "ltrr",
 ) -> list[float]:
     """Score trajectories (a batch, or a GRPO group) and store the parts in ``rewards``.
 
@@ -350,6 +351,9 @@ def score_trajectories(
     alpha, correct_threshold : see `ltrr.agent.rewards.total_reward`
     metric : str or Metric
         See `ltrr.agent.rewards.outcome_reward`.
+    reward : str
+        A named reward of `ltrr.agent.reward_options.REWARDS` (``[agent] reward``): ``ltrr``
+        (the parts above) or ``router-r1`` (Router-R1's released rules, for parity).
 
     Returns
     -------
@@ -357,8 +361,9 @@ def score_trajectories(
         The total rewards, in order. Each trajectory's ``rewards`` becomes ``{"format",
         "format_reasons", "outcome", "cost", "cost_reward", "total", "alpha", "metric"}``.
     """
-    from ltrr.agent.rewards import format_reward, outcome_reward, total_reward
+    from ltrr.agent.reward_options import agent_reward
 
+    scorer = agent_reward(reward, metric)
     trajectories = list(trajectories)
     if isinstance(gold, Mapping):
         missing = [t.qid for t in trajectories if t.qid not in gold]
@@ -374,11 +379,10 @@ def score_trajectories(
         normaliser.update(costs)
     totals = []
     for traj, aliases, cost in zip(trajectories, golds, costs, strict=True):
-        fmt, reasons = format_reward(traj.text, traj.arms)
-        outcome = outcome_reward(traj.answer, aliases, metric, question=traj.question)
         cost_r = float(normaliser.cost_reward(cost))
-        total = total_reward(fmt, outcome, cost_r, alpha, correct_threshold=correct_threshold)
-        traj.rewards = {"format": fmt, "format_reasons": reasons, "outcome": outcome, "cost": cost,
-                        "cost_reward": cost_r, "total": total, "alpha": alpha, "metric": str(metric)}
-        totals.append(total)
+        parts = scorer.score(traj.text, traj.arms, traj.answer, aliases, cost_reward=cost_r, alpha=alpha,
+                             metric=metric, correct_threshold=correct_threshold, question=traj.question)
+        traj.rewards = {**parts, "cost": cost, "cost_reward": cost_r, "alpha": alpha, "metric": str(metric),
+                        "reward": scorer.name}
+        totals.append(parts["total"])
     return totals

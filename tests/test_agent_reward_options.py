@@ -1,0 +1,255 @@
+"""``[agent] reward``: the named rewards, and Router-R1's released rules written as test cases.
+
+Each case below was read from Router-R1's reward code (ulab-uiuc/Router-R1, commit 801a240):
+``format_reward`` in ``verl/trainer/main_ppo.py``; ``normalize_answer``, ``f1_score``,
+``em_check``, ``extract_solution`` and ``compute_score_em`` (train state) in
+``verl/utils/reward_score/qa_em.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from ltrr._errors import ConfigError
+from ltrr.agent.reward_options import (
+    REWARDS,
+    ROUTER_R1_FORMAT_RULES,
+    RouterR1Reward,
+    agent_reward,
+    normalize_answer,
+    router_r1_format,
+    router_r1_total,
+    squad_em,
+    squad_f1,
+)
+from ltrr.agent.rewards import CostNormaliser, format_reward, total_reward
+from ltrr.agent.trajectory import score_trajectories
+from ltrr.config import validate
+
+ARMS = ["bm25", "dense", "bm25+reg", "none"]
+VALID = (
+    "<think>I need the capital.</think>"
+    "<search>bm25: capital of Australia</search>"
+    "<information>Doc 1: Canberra is the capital of Australia.</information>"
+    "<think>Found it.</think><answer>Canberra</answer>"
+)
+
+
+def _s(search: str) -> str:
+    """A trajectory valid under both rewards but for its only search block, ``search``."""
+    return (f"<think>a</think><search>{search}</search><information>x</information>"
+            "<think>b</think><answer>A</answer>")
+
+
+# (id, text, the rules it breaks: [] for a valid text). Every rule of ROUTER_R1_FORMAT_RULES
+# appears at least once, each with a valid neighbour.
+FORMAT_CASES = [
+    # valid
+    ("valid_with_search", VALID, []),
+    ("valid_without_search", "<think>easy</think><answer>Paris</answer>", []),
+    ("valid_surrounding_whitespace", " \n<think>a</think><answer>A</answer>\n\n", []),
+    ("valid_arm_case_insensitive", _s("BM25: capital of Australia"), []),
+    ("valid_four_dots_is_no_placeholder", "<think>....</think><answer>A</answer>", []),
+    # `completion.count("<t>") != completion.count("</t>")`: balance is by count, not order
+    ("valid_count_balanced_out_of_order", "<think>a</think></information><information><answer>A</answer>", []),
+    # `if len(tag_enclose_matches) == 0`
+    ("no_tag_block", "Canberra", ["no_tag_block"]),
+    ("no_tag_block_unclosed", "<think>a<answer>A", ["no_tag_block"]),
+    ("unbalanced_tags", "<think>a</think><think>b<answer>A</answer>", ["unbalanced_tags"]),
+    # `if content == "..." or content == ""` (content stripped)
+    ("placeholder_think_dots", "<think>...</think><answer>A</answer>", ["placeholder_think"]),
+    ("placeholder_think_spaced_dots", "<think> ... </think><answer>A</answer>", ["placeholder_think"]),
+    ("placeholder_think_empty", "<think> \n </think><answer>A</answer>", ["placeholder_think"]),
+    # a matched block whose content holds any of the eight tags
+    ("nested_tags", "<think>a<answer>A</answer></think><answer>A</answer>", ["nested_tags"]),
+    ("nested_search_also_unmatched",
+     "<think>a<search>bm25: q</search></think><information>x</information><think>b</think><answer>A</answer>",
+     ["nested_tags", "search_information_mismatch"]),
+    # `answer_enclose_count != 1 or think_enclose_count == 0 or route != info`
+    ("answer_count_two", "<think>a</think><answer>A</answer><think>b</think><answer>B</answer>", ["answer_count"]),
+    ("answer_count_zero", "<think>a</think>", ["answer_count", "bad_end"]),
+    ("no_think", "<answer>A</answer>", ["no_think", "bad_start"]),
+    ("search_information_mismatch", "<think>a</think><search>bm25: q</search><think>b</think><answer>A</answer>",
+     ["search_information_mismatch"]),
+    # `completion.strip()` must start with "<think>" and end with its last "</answer>"
+    ("bad_start", "Sure. <think>a</think><answer>A</answer>", ["bad_start"]),
+    ("bad_end", "<think>a</think><answer>A</answer> Done.", ["bad_end"]),
+    # `if content.count(":") == 1: ... else: query_format_punish = True`
+    ("search_colons_none", _s("capital of Australia"), ["search_colons"]),
+    ("search_colons_two", _s("bm25: film: The Matrix"), ["search_colons"]),
+    # `content.split(":")[-1].strip() == ''`
+    ("search_empty_query", _s("dense:   "), ["search_empty_query"]),
+    # `"llm-name" in content.lower() or "your-query" in content.lower()`
+    ("search_placeholder_query", _s("bm25: your-query"), ["search_placeholder"]),
+    ("search_placeholder_arm", _s("LLM-Name: capital"), ["search_placeholder", "search_unknown_arm"]),
+    # `content.split(":")[0].strip().lower() in content.split(":")[-1].strip().lower()`
+    ("search_arm_in_query", _s("dense: dense retrieval of capitals"), ["search_arm_in_query"]),
+    ("search_arm_in_query_case", _s("bm25: BM25 capital"), ["search_arm_in_query"]),
+    ("search_empty_arm_is_in_every_query", _s(": capital"), ["search_arm_in_query", "search_unknown_arm"]),
+    # `if not is_valid_llm_name(content.split(":")[0])`
+    ("search_unknown_arm", _s("google: capital"), ["search_unknown_arm"]),
+]
+
+
+@pytest.mark.parametrize(("text", "broken"), [c[1:] for c in FORMAT_CASES], ids=[c[0] for c in FORMAT_CASES])
+def test_router_r1_format_rules(text, broken):
+    score, reasons = router_r1_format(text, ARMS)
+    assert reasons == broken
+    assert score == (-1.0 if broken else 0.0)
+
+
+def test_the_table_covers_every_rule():
+    covered = {r for _, _, broken in FORMAT_CASES for r in broken}
+    assert covered == set(ROUTER_R1_FORMAT_RULES)
+
+
+# the issue's three disagreements: ours accepts what theirs punishes
+@pytest.mark.parametrize("text", [
+    "<think>...</think><answer>A</answer>",
+    _s("bm25: film: The Matrix"),
+    _s("dense: dense retrieval of capitals"),
+])
+def test_ltrr_format_accepts_what_router_r1_punishes(text):
+    assert format_reward(text, ARMS) == (0.0, [])
+    assert router_r1_format(text, ARMS)[0] == -1.0
+
+
+@pytest.mark.parametrize(("raw", "normal"), [
+    ("  The  Eiffel-Tower, Paris! ", "eiffeltower paris"),  # lowercase, punctuation, article, spaces
+    ("An apple a day", "apple day"),
+    ("theatre", "theatre"),  # an article only as a whole word
+    ("", ""),
+])
+def test_squad_normalisation(raw, normal):
+    assert normalize_answer(raw) == normal
+
+
+# (answer, aliases, F1, EM)
+OUTCOME_CASES = [
+    ("Canberra", ["Canberra"], 1.0, 1.0),
+    ("The Canberra.", ["canberra"], 1.0, 1.0),
+    ("the city of Canberra", ["Canberra"], 0.5, 0.0),  # precision 1/3, recall 1
+    ("Sydney", ["Canberra", "Sydney NSW"], 2 / 3, 0.0),  # the best alias counts
+    ("Melbourne", ["Canberra"], 0.0, 0.0),
+    ("yes", ["yes"], 1.0, 1.0),
+    ("yes", ["no"], 0.0, 0.0),
+    ("yes indeed", ["yes"], 0.0, 0.0),  # gold is yes/no and differs: 0, not 2/3
+    ("no", ["no way"], 0.0, 0.0),  # the answer is yes/no and differs: 0
+    ("the", ["Canberra"], 0.0, 0.0),  # nothing left after normalisation
+]
+
+
+@pytest.mark.parametrize(("answer", "aliases", "f1", "em"), OUTCOME_CASES)
+def test_squad_f1_and_em(answer, aliases, f1, em):
+    assert squad_f1(answer, aliases) == pytest.approx(f1)
+    assert squad_em(answer, aliases) == em
+    text = f"<think>a</think><answer>{answer}</answer>"
+    assert RouterR1Reward().outcome(text, aliases, "f1") == pytest.approx(f1)
+    assert RouterR1Reward().outcome(text, aliases, "em") == em
+
+
+def test_the_outcome_reads_the_last_answer_block():
+    r = RouterR1Reward()
+    assert r.outcome("<answer>Rome</answer><answer> Paris </answer>", ["Paris"], "em") == 1.0
+    assert r.outcome("<think>a</think>", ["Paris"], "f1") == 0.0
+
+
+# (format, score, cost reward, alpha, total): `compute_score_em`, state "train"
+TOTAL_CASES = [
+    pytest.param(-1.0, 1.0, 1.0, 0.5, -1.0, id="bad_format_correct"),
+    pytest.param(-1.0, 0.0, 1.0, 0.5, -1.0, id="bad_format_wrong"),
+    pytest.param(0.0, 0.0, 1.0, 0.5, 0.0, id="wrong_cost_not_counted"),
+    pytest.param(0.0, 1.0, 0.4, 0.5, 0.7, id="correct_cost_counted"),
+    pytest.param(0.0, 0.5, 0.4, 0.5, 0.45, id="partial_f1_cost_counted"),
+    pytest.param(0.0, 0.5, 1.0, 0.0, 0.5, id="alpha_0_outcome_only"),
+    pytest.param(0.0, 0.5, 0.3, 1.0, 0.3, id="alpha_1_cost_only"),
+    pytest.param(0.0, 1.0, 0.0, 0.2, 0.8, id="correct_dearest"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "score", "cost", "alpha", "total"), TOTAL_CASES)
+def test_router_r1_total(fmt, score, cost, alpha, total):
+    assert router_r1_total(fmt, score, cost, alpha) == pytest.approx(total)
+
+
+def test_partial_answers_differ_from_ltrr():
+    # theirs counts the cost for any F1 above 0; ours only for a correct answer
+    assert router_r1_total(0.0, 0.5, 0.4, 0.5) == pytest.approx(0.45)
+    assert total_reward(0.0, 0.5, 0.4, 0.5) == pytest.approx(0.25)
+
+
+# (text, aliases, metric, total) with cost reward 0.4 and alpha 0.5: format, outcome and total together
+SCORE_CASES = [
+    pytest.param(VALID, ["Canberra"], "f1", 0.7, id="f1_correct"),
+    pytest.param(VALID, ["Canberra city"], "f1", 2 / 3 * 0.5 + 0.2, id="f1_partial"),
+    pytest.param(VALID, ["Sydney"], "f1", 0.0, id="f1_wrong"),
+    pytest.param(VALID, ["canberra."], "em", 0.7, id="em_hit"),
+    pytest.param(VALID, ["Canberra city"], "em", 0.0, id="em_miss_partial_f1"),
+    pytest.param(VALID.replace("Found it.", "..."), ["Canberra"], "f1", -1.0, id="placeholder_think"),
+    pytest.param(VALID.replace("capital of", "bm25 capital of"), ["Canberra"], "em", -1.0, id="arm_in_query"),
+]
+
+
+@pytest.mark.parametrize(("text", "aliases", "metric", "total"), SCORE_CASES)
+def test_router_r1_score(text, aliases, metric, total):
+    parts = RouterR1Reward().score(text, ARMS, None, aliases, cost_reward=0.4, alpha=0.5, metric=metric)
+    assert parts["total"] == pytest.approx(total)
+    assert parts["format"] == (-1.0 if total < 0 else 0.0)
+
+
+@dataclass
+class _Traj:
+    text: str
+    answer: str | None
+    qid: str = "q1"
+    question: str = "Capital of Australia?"
+    arms: list = field(default_factory=lambda: list(ARMS))
+    rewards: dict | None = None
+
+    def cost(self, arm_costs, token_price):
+        return 1.0
+
+
+def test_score_trajectories_uses_the_named_reward():
+    partial = "<think>a</think><answer>Canberra city</answer>"
+    ours, theirs = _Traj(partial, "Canberra city"), _Traj(partial, "Canberra city")
+    norm = CostNormaliser.fixed(0.0, 2.0)  # cost 1.0 -> cost reward 0.5
+    score_trajectories([ours], [["Canberra"]], arm_costs={}, normaliser=norm, alpha=0.5, metric="f1")
+    score_trajectories([theirs], [["Canberra"]], arm_costs={}, normaliser=norm, alpha=0.5, metric="f1",
+                       reward="router-r1")
+    assert ours.rewards["reward"] == "ltrr" and theirs.rewards["reward"] == "router-r1"
+    assert ours.rewards["total"] == pytest.approx(0.5 * 2 / 3)
+    assert theirs.rewards["total"] == pytest.approx(0.5 * 2 / 3 + 0.5 * 0.5)
+    assert set(theirs.rewards) == set(ours.rewards)
+
+
+BASE = {"run": {"name": "x"}, "data": {"dataset": "demo"}, "arms": [{"name": "none"}]}
+
+
+def _agent(**agent):
+    return validate({**BASE, "agent": agent}).agent
+
+
+def test_the_config_key_defaults_to_ltrr():
+    assert _agent()["reward"] == "ltrr"
+    assert agent_reward(_agent()).name == "ltrr"
+    assert agent_reward(_agent(reward="router-r1", metric="em")).name == "router-r1"
+    assert REWARDS.names() == ["ltrr", "router-r1"]
+
+
+def test_a_bad_reward_name_is_refused():
+    with pytest.raises(ConfigError, match="unknown agent reward 'r1'; choose one of: ltrr, router-r1"):
+        agent_reward(_agent(reward="r1"))
+    with pytest.raises(ConfigError, match="unknown agent reward 'r1'"):
+        score_trajectories([], [], arm_costs={}, normaliser=CostNormaliser.fixed(0.0, 1.0), reward="r1")
+    with pytest.raises(ConfigError, match=r"config key \[agent\]\.reward must be str, got int 1"):
+        _agent(reward=1)
+
+
+def test_router_r1_needs_f1_or_em():
+    with pytest.raises(ConfigError, match='scores with metric "f1" or "em".*got metric = \'recall\''):
+        agent_reward(_agent(reward="router-r1"))
+    with pytest.raises(ConfigError, match=r"alpha must be a number in \[0, 1\]"):
+        router_r1_total(0.0, 1.0, 1.0, alpha=1.5)
