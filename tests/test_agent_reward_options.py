@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from test_agent_rewards import ARMS, VALID, _s  # the arms and trajectories both reward tests use
 
 from ltrr._errors import ConfigError
 from ltrr.agent.reward_options import (
@@ -27,21 +28,6 @@ from ltrr.agent.reward_options import (
 from ltrr.agent.rewards import CostNormaliser, format_reward, total_reward
 from ltrr.agent.trajectory import score_trajectories
 from ltrr.config import validate
-
-ARMS = ["bm25", "dense", "bm25+reg", "none"]
-VALID = (
-    "<think>I need the capital.</think>"
-    "<search>bm25: capital of Australia</search>"
-    "<information>Doc 1: Canberra is the capital of Australia.</information>"
-    "<think>Found it.</think><answer>Canberra</answer>"
-)
-
-
-def _s(search: str) -> str:
-    """A trajectory valid under both rewards but for its only search block, ``search``."""
-    return (f"<think>a</think><search>{search}</search><information>x</information>"
-            "<think>b</think><answer>A</answer>")
-
 
 # (id, text, the rules it breaks: [] for a valid text). Every rule of ROUTER_R1_FORMAT_RULES
 # appears at least once, each with a valid neighbour.
