@@ -341,6 +341,26 @@ class Run:
                                   "ranker": ranker, "params": self.config.train["params"].get(ranker),
                                   "feature_set": self.config.features["set"], "seed": self.config.seed})
 
+    def fit_ltr_router(self, ranker: str, raw, labels: pd.DataFrame, *, texts, stage: str,
+                       where: str = "") -> tuple:
+        """An LTR router over ``ranker`` fitted on ``raw`` and ``labels``, and the convergence notes
+        of its fit (the train and eval stages both train this way).
+
+        Raises
+        ------
+        LtrrError
+            Of the ranker's own type, as ``stage <stage>: router '<ranker>' failed to train<where>``.
+        """
+        from ltrr.rankers.convergence import convergence_notes, recorded_convergence_warnings
+
+        router = self.make_router("ltrr", ranker)
+        try:
+            with recorded_convergence_warnings() as notes:
+                router.fit(raw, labels, texts=texts)
+        except LtrrError as exc:
+            raise type(exc)(f"stage {stage}: router {ranker!r} failed to train{where}: {exc}") from None
+        return router, convergence_notes(notes, router)
+
     def stage_train(self, ranker: str | None = None, *, force: bool = False) -> Path:
         """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
 
@@ -356,21 +376,12 @@ class Run:
         if not force and self.is_fresh(record, fp, [out / "router.json"]):
             self.log(f"[train] skipped: inputs unchanged, router in {out}")
             return out
-        from ltrr.rankers.convergence import convergence_notes as _convergence_notes
-        from ltrr.rankers.convergence import (
-            recorded_convergence_warnings as _recorded_convergence_warnings,
-        )
 
         texts = self.texts() if ranker_tags(ranker).needs_text else None
         t0 = time.perf_counter()
         self.log(f"[train] start: {ranker} on {labels['qid'].nunique()} labelled queries")
-        router = self.make_router("ltrr", ranker)
-        try:
-            with _recorded_convergence_warnings() as notes:
-                router.fit(raw, labels, texts=texts)
-        except LtrrError as exc:
-            raise type(exc)(f"stage train: router {ranker!r} failed to train: {exc}") from None
-        for note in _convergence_notes(notes, router):
+        router, notes = self.fit_ltr_router(ranker, raw, labels, texts=texts, stage="train")
+        for note in notes:
             self.log(f"[train] warning: {ranker}: {note}")
         router.save(out)
         dt = time.perf_counter() - t0
@@ -396,10 +407,6 @@ class Run:
         """Train every router on each split's train queries and compare them on its test queries."""
         from ltrr.eval import evaluate_splits, make_splits, plots, write_report
         from ltrr.eval.routing import utility_matrix
-        from ltrr.rankers.convergence import convergence_notes as _convergence_notes
-        from ltrr.rankers.convergence import (
-            recorded_convergence_warnings as _recorded_convergence_warnings,
-        )
 
         labels, raw = self.training_inputs("eval")
         ecfg, tcfg = self.config.eval, self.config.train
@@ -434,13 +441,9 @@ class Run:
             for name in (*TRAIN_FREE, "random", "no-retrieval"):
                 preds[name] = _wide(self.make_router(name).fit(train_raw, train_labels).route_scores(test_raw))
             for rk in rankers:
-                router = self.make_router("ltrr", rk)
-                try:
-                    with _recorded_convergence_warnings() as notes:
-                        router.fit(train_raw, train_labels, texts=texts)
-                except LtrrError as exc:
-                    raise type(exc)(f"stage eval: router {rk!r} failed to train on split {split.name!r}: {exc}") from None
-                warned += [f"ltrr:{rk}: {note} on split {split.name}" for note in _convergence_notes(notes, router)]
+                router, notes = self.fit_ltr_router(rk, train_raw, train_labels, texts=texts, stage="eval",
+                                                    where=f" on split {split.name!r}")
+                warned += [f"ltrr:{rk}: {note} on split {split.name}" for note in notes]
                 preds[f"ltrr:{rk}"] = _wide(router.route_scores(test_raw, texts=texts))
                 if split.name == "balanced" and rk == "lambdamart-listwise":
                     importances = router.feature_importance()
