@@ -68,7 +68,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     "context": {
         "top_m": ((int,), 2),  # arms whose passages are candidates, in routed order
         "depth": ((int,), 5),  # passages read per arm
-        "selector": ((str,), "knapsack"),  # greedy, greedy-skip or knapsack
+        "selector": ((str,), "knapsack"),  # greedy, greedy-skip, greedy-density, knapsack, knapsack-marginal
         "prior": ((float,), 0.3),  # weight of the routed order, prior / (arm rank * passage rank)
         "weights": ((dict,), {}),  # importance weights: keyword, stage, recency, similarity, decay
         # the multi-agent loop (ltrr.packing.LoopSpec; `ltrr context run`)

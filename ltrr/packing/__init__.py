@@ -8,7 +8,8 @@ loop (`ltrr.context`) import it from above.
 
 - `MemoryItem`, `KINDS` (`ltrr.packing.items`): what a context is packed from.
 - `Role`, `DEFAULT_ROLES`, `ImportanceWeights`, `importance`, `allocate_budget` and the
-  `selectors` ``greedy``, ``greedy-skip`` and ``knapsack`` (`ltrr.packing.select`).
+  `selectors` ``greedy``, ``greedy-skip``, ``knapsack``, ``knapsack-marginal`` and
+  ``greedy-density`` (`ltrr.packing.select`).
 - `pack_passages`, `evidence_recall`, `PackResult` (`ltrr.packing.pack`): one query's passages
   packed into a budget.
 - `PackSpec`, `pack_query`, `pack_results`, `packing_from_config` (`ltrr.packing.rag`): the
@@ -39,9 +40,12 @@ _EXPORTS = {
     "allocate_budget": "ltrr.packing.select",
     "content_words": "ltrr.packing.select",
     "greedy": "ltrr.packing.select",
+    "greedy_density": "ltrr.packing.select",
     "greedy_skip": "ltrr.packing.select",
     "importance": "ltrr.packing.select",
     "knapsack": "ltrr.packing.select",
+    "knapsack_marginal": "ltrr.packing.select",
+    "marginal": "ltrr.packing.select",
     "role_by_name": "ltrr.packing.select",
     "selectors": "ltrr.packing.select",
     "LoopSpec": "ltrr.packing.strategies",

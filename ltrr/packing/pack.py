@@ -34,7 +34,10 @@ class PackResult:
     tokens: int
     candidates: int
     empty_reason: str | None = None
-    importance: float = 0.0  # total importance of the kept passages (the selector's objective)
+    importance: float = 0.0  # total importance of the kept passages (the knapsack's objective)
+    # every candidate (routed order) with its tokens and importance: what the selector chose from,
+    # so that another selector's choice or objective can be computed on the same items
+    considered: pd.DataFrame | None = None
 
 
 def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: int, top_m: int = 2,
@@ -74,8 +77,12 @@ def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: in
     scores = scores + prior / (cand["arm_rank"].to_numpy() * cand["rank"].to_numpy())
     kept = {int(it.id) for it in select(items, scores.tolist(), int(budget), selector)}
     out = cand.iloc[sorted(kept)].reset_index(drop=True)
-    reason = None if len(out) else f"every candidate passage is longer than the budget of {budget} tokens"
-    return PackResult(out, int(out["tokens"].sum()), len(cand), reason, float(scores[sorted(kept)].sum()))
+    reason = None
+    if not len(out):
+        reason = (f"every candidate passage is longer than the budget of {budget} tokens"
+                  if int(cand["tokens"].min()) > budget else f"the {selector} selector kept no passage")
+    return PackResult(out, int(out["tokens"].sum()), len(cand), reason, float(scores[sorted(kept)].sum()),
+                      cand.assign(importance=scores))
 
 
 def evidence_recall(packed_docids: Sequence[str], gold_docids: Sequence[str], tokens: int) -> dict:

@@ -11,7 +11,7 @@ rest::
     [context]
     top_m = 2           # arms whose passages are candidates, in routed order
     depth = 5           # passages read per arm
-    selector = "knapsack"
+    selector = "knapsack"  # or greedy, greedy-skip, knapsack-marginal, greedy-density
     prior = 0.3         # weight of the router's and retriever's order, prior / (arm rank * rank)
     weights = {keyword = 0.25, stage = 0.25, recency = 0.15, similarity = 0.35}
 

@@ -9,7 +9,9 @@
 - Selectors (`selectors`): ``greedy`` is the paper's Algorithm 1 (take items by importance
   until the next one does not fit, then stop); ``greedy-skip`` skips an item that does not fit
   and goes on; ``knapsack`` is the exact 0/1 knapsack by dynamic programming over token counts
-  (maximum total importance within the budget).
+  (maximum total importance within the budget); ``knapsack-marginal`` is the exact knapsack of
+  each item's importance above the least important candidate's, and ``greedy-density`` its
+  greedy by that marginal importance per token (see `knapsack_marginal` for why).
 
 A budget smaller than every item gives an empty selection, recorded as such by the caller; an
 item larger than the budget is never selected.
@@ -28,7 +30,8 @@ from ltrr._registry import Registry
 from ltrr.packing.items import MemoryItem
 
 __all__ = ["content_words", "Role", "DEFAULT_ROLES", "ImportanceWeights", "allocate_budget", "importance", "selectors",
-           "select", "greedy", "greedy_skip", "knapsack", "role_by_name", "STAGES"]
+           "select", "greedy", "greedy_skip", "greedy_density", "knapsack", "knapsack_marginal", "marginal",
+           "role_by_name", "STAGES"]
 
 STAGES = ("plan", "search", "answer")
 
@@ -130,6 +133,7 @@ def importance(items: Sequence[MemoryItem], role: Role, stage: str, *, round: in
 
 
 selectors: Registry = Registry("selector")
+_TOL = 1e-12  # a value gain smaller than this is a tie (float sums of the same scores differ by less)
 
 
 def _order(scores: np.ndarray) -> np.ndarray:
@@ -176,7 +180,7 @@ def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> lis
         if w[i] > budget:
             continue
         cand = best[: budget + 1 - w[i]] + v[i]
-        better = cand > best[w[i]:] + 1e-12
+        better = cand > best[w[i]:] + _TOL
         take[i, w[i]:] = better
         best[w[i]:] = np.where(better, cand, best[w[i]:])
     chosen, cap = [], budget
@@ -185,6 +189,67 @@ def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> lis
             chosen.append(i)
             cap -= w[i]
     return chosen
+
+
+def marginal(scores: Sequence[float]) -> np.ndarray:
+    """Each score above the smallest: ``s_i - min_j s_j`` (the value `knapsack_marginal` buys)."""
+    v = np.asarray(scores, dtype=np.float64)
+    return v - v.min() if len(v) else v
+
+
+@selectors.register("knapsack-marginal")
+def knapsack_marginal(tokens: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
+    """Exact 0/1 knapsack of the *marginal* importance, ``s_i - min_j s_j`` (`marginal`).
+
+    It maximises ``sum_{i in S} (s_i - s_min)`` subject to ``sum_{i in S} tokens_i <= budget``,
+    exactly, by `knapsack`'s dynamic programme. An item as important as the least important
+    candidate is worth 0: among the optimal sets it takes the one that also holds those that
+    still fit (earliest first), so a lone candidate that fits is kept.
+
+    Why: the knapsack's objective, a sum, is not invariant to a constant added to every score. A
+    term that is the same for every candidate adds ``c`` per item taken, so it rewards the
+    *number* of items, and the knapsack buys several short passages instead of one long relevant
+    one. In RAG packing every candidate is a passage of round 0, so the answerer's stage priority
+    (``w_stage * 0.8``) and recency (``w_recency * 1``) add the same 0.35 to each, about as much
+    as the signals that tell passages apart. The greedy selectors only sort the scores, so a
+    constant cannot move them; subtracting the smallest score gives the knapsack the same
+    invariance (to any shift, not only to the terms that are constant) while keeping its
+    exactness and its scale invariance.
+    """
+    v = marginal(scores)
+    return _fill_zeros(knapsack(tokens, v, budget), tokens, v, budget)
+
+
+def _fill_zeros(chosen: list[int], tokens: Sequence[int], value: np.ndarray, budget: int) -> list[int]:
+    # items worth 0 (the least important) take the room left, earliest first: a tie-break among
+    # sets of equal value, so the objective is unchanged
+    used = sum(int(tokens[i]) for i in chosen)
+    taken = set(chosen)
+    for i in range(len(tokens)):
+        if i not in taken and value[i] <= _TOL and used + int(tokens[i]) <= budget:
+            taken.add(i)
+            used += int(tokens[i])
+    return sorted(taken)
+
+
+@selectors.register("greedy-density")
+def greedy_density(tokens: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
+    """The knapsack's classic greedy: by decreasing marginal importance per token
+    (``(s_i - s_min) / tokens_i``; `marginal`), skipping an item that does not fit.
+
+    Items worth 0 fill the room left, as in `knapsack_marginal`; an item of 0 tokens with a
+    positive value comes first. Ties keep the earlier item. It approximates `knapsack_marginal`; raw importance per token would
+    not do, since a constant term makes a short item's density large whatever its content.
+    """
+    v = marginal(scores)
+    t = np.asarray(tokens, dtype=np.float64)
+    density = np.divide(v, t, out=np.where(v > _TOL, np.inf, 0.0), where=t > 0)
+    chosen, used = [], 0
+    for i in _order(density):
+        if v[i] > _TOL and used + tokens[i] <= budget:
+            chosen.append(int(i))
+            used += tokens[i]
+    return _fill_zeros(chosen, tokens, v, budget)
 
 
 def select(items: Sequence[MemoryItem], scores: Sequence[float], budget: int, selector: str = "knapsack") -> list[MemoryItem]:
