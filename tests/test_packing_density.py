@@ -110,3 +110,14 @@ def test_the_marginal_selectors_are_found_by_name_and_bad_names_are_config_error
     assert LoopSpec.from_mapping({"selector": "knapsack-marginal"}).selector == "knapsack-marginal"
     with pytest.raises(ConfigError, match="unknown selector"):
         LoopSpec.from_mapping({"selector": "Knapsack-Marginal"})
+
+
+def test_context_pack_rejects_unknown_selector_names(capsys):
+    from ltrr.cli import main
+
+    assert main(["context", "pack", "demo", "--selectors", "greedy,nope"]) == 2
+    assert "unknown selector 'nope'" in capsys.readouterr().err
+    assert main(["context", "pack", "demo", "--selector", "knapsack-density"]) == 2
+    assert "unknown selector 'knapsack-density'" in capsys.readouterr().err
+    assert main(["context", "pack", "demo", "--selectors", " , "]) == 2
+    assert "--selectors must name at least one selector" in capsys.readouterr().err

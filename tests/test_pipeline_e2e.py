@@ -270,6 +270,24 @@ def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     assert "--token-budgets must be comma-separated integers" in capsys.readouterr().err
 
 
+def test_context_pack_compares_the_marginal_knapsack_with_both_objectives_gaps(project, capsys, monkeypatch):
+    """`ltrr context pack --selector knapsack-marginal --selectors ...` (issue 29): the chosen
+    selector is compared with the others, and each objective's gap is against its own exact
+    selector: no selector beats the exact one on its objective."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = root / "proto.toml"
+    assert main(["context", "pack", str(cfg), "--token-budgets", "40", "--selector", "knapsack-marginal",
+                 "--selectors", "knapsack,greedy"]) == 0
+    per = pd.read_parquet(root / "proto" / "context" / "packing_per_query.parquet")
+    assert (per[per["context"] == "packed@40/knapsack-marginal"]["tokens"] <= 40).all()
+    gaps = pd.read_csv(root / "proto" / "context" / "packing_gaps.csv")
+    assert set(zip(gaps["objective"], gaps["selector"], strict=True)) == {
+        ("importance", "greedy"), ("importance", "knapsack-marginal"),
+        ("marginal_importance", "knapsack"), ("marginal_importance", "greedy")}
+    assert (gaps["mean_gap"].dropna() >= -1e-9).all()
+
+
 def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monkeypatch):
     """The same config and seed in separate processes with OMP_NUM_THREADS 1 and 2 (and the
     protocol's candidates in 1 and 2 processes): the eval's results.csv and the protocol's
