@@ -183,6 +183,57 @@ def test_bad_agent_input_is_one_line(project, capsys):
 
 
 @pytest.mark.slow
+def test_sft_scripts_call_the_best_shown_arm_by_its_shown_name(project):
+    """Each SFT example shows the arms its own way (ltrr.agent.presentation): the draws repeat,
+    a renamed example never names a real arm, a left-out arm is never shown nor called, and the
+    script calls the arm the plain script calls, or, when that one is left out, another."""
+    import re
+
+    from ltrr.agent.rewards import format_reward
+    from ltrr.agent.run import labels_table, partition, policy_lm
+    from ltrr.agent.sft import build_sft_trajectories
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    root, cfg, tiny = project
+    _built(root, cfg)
+    run = Run(load_config(str(cfg)))
+    lm, labels, design = policy_lm(run, ""), labels_table(run), partition(run)[0]
+
+    def build(shuffle, rename, leave):
+        spec = SFTSpec.from_mapping({**run.config.agent["sft"], "max_examples": 24, "shuffle_arms": shuffle,
+                                     "rename_share": rename, "leave_out_share": leave})
+        return build_sft_trajectories(run, lm, labels, design, spec)
+
+    real = ["bm25", "bm25-top1", "none"]
+    plain = {t.qid: t for t in build(False, 0, 0)}
+    assert all(t.arms == real and not t.shown_arms for t in plain.values())
+    every = build(True, 1, 1)
+    assert [t.ids for t in every] == [t.ids for t in build(True, 1, 1)]  # the seed repeats the views
+    assert len({tuple(t.shown_arms[s] for s in t.arms) for t in every}) > 1  # the order varies
+    compared = 0
+    for t in every:
+        assert format_reward(t.text, t.arms)[0] == 0 and t.stop_reason == "answered"
+        named = [n for n in real if re.search(rf"(?<![\w+-]){re.escape(n)}(?![\w+-])", t.prompt + t.text)]
+        assert not named, (named, t.prompt + t.text)
+        assert len(t.arms) == 2 and all(re.fullmatch(r"arm-[1-3]", s) for s in t.arms)
+        (left_out,) = set(real) - set(t.shown_arms.values())
+        back = {a: s for s, a in t.shown_arms.items()}
+        for s in t.searches:
+            assert s.valid and s.arm != left_out and f"<search>{back[s.arm]}: " in t.text
+        if t.qid in plain:
+            before = [s.arm for s in plain[t.qid].searches]
+            if left_out not in before:
+                assert [s.arm for s in t.searches] == before
+            else:  # the best arm shown instead: the other retrieval arm, or no search when it is worse
+                compared += 1
+                assert [s.arm for s in t.searches] != before and (t.searches or len(before) == 1)
+    assert compared > 0 and any(len(t.searches) == 2 for t in every)  # two-hop scripts too
+    mixed = build(True, 0.5, 0.5)
+    assert 0 < sum(bool(t.shown_arms) for t in mixed) < len(mixed)
+
+
+@pytest.mark.slow
 def test_grpo_and_rft_commands(project, capsys):
     """`ltrr agent train` (one GRPO step) and `ltrr agent rft` from the tiny policy, and their bad input."""
     from ltrr.cli import main

@@ -75,6 +75,11 @@ class GRPOSpec:
         Sampling temperature of the rollouts (and of TRL's log-probabilities).
     epsilon : float
         The surrogate's clipping range.
+    shuffle_arms, rename_share, leave_out_share
+        How each question's prompt shows the arms at each step (`ltrr.agent.presentation`: a
+        shuffled order, neutral ids on a share of the questions, one arm left out on a share);
+        as in `ltrr.agent.sft.SFTSpec`, with its defaults, which await the same design-part
+        choice.
     max_turns_single, max_turns_multihop : int
         Searches before the final answer turn, for single-hop and ``multihop`` questions.
     k, max_obs_tokens, max_new_tokens : int
@@ -93,6 +98,10 @@ class GRPOSpec:
     beta: float = 0.001
     temperature: float = 1.0
     epsilon: float = 0.2
+    shuffle_arms: bool = True
+    rename_share: float = 0.5
+    leave_out_share: float = 0.25
+    _SHARES = ("rename_share", "leave_out_share")  # in [0, 1] (ltrr.agent.sft.spec_from_mapping)
     max_turns_single: int = 2
     max_turns_multihop: int = 3
     k: int = 1
@@ -173,12 +182,17 @@ class RouterRollouts:
         Where each step's rollouts are written (``rollouts/step-NNNNNN.jsonl``).
     batch : int
         Rollouts decoded together (`ltrr.agent.batching.rollout_many`; 1 = one at a time).
+    views : callable, optional
+        ``views(qid, step) -> ArmView``: how question ``qid``'s prompt shows the arms at
+        optimiser step ``step`` (`ltrr.agent.presentation`); the samples of a group share it.
+        None shows the loops' arms plainly. Rewards and costs are those of the pool arms.
     """
 
     def __init__(self, loop_for: Callable[[str], Any], questions: Mapping[str, str], gold: Mapping[str, Sequence[str]],
                  arm_costs: Mapping[str, float], normaliser: Any, group_size: int, *, alpha: float = 0.0,
                  token_price: float = 0.0, metric: str = "recall", correct_threshold: float = 1.0, seed: int = 0,
-                 out: Path | None = None, batch: int = 1, reward: str = "ltrr"):
+                 out: Path | None = None, batch: int = 1, reward: str = "ltrr",
+                 views: Callable[[str, int], Any] | None = None):
         self.loop_for = loop_for
         self.rollout_batch = batch
         self.questions = dict(questions)
@@ -191,6 +205,7 @@ class RouterRollouts:
         self.metric = metric
         self.correct_threshold = correct_threshold
         self.reward_name = reward
+        self.views = views
         self.seed = int(seed)
         self.out = None if out is None else Path(out)
         self.batch: list = []
@@ -221,6 +236,8 @@ class RouterRollouts:
         jobs = []
         for i, (prompt, qid) in enumerate(zip(prompts, qids, strict=True)):
             loop = self.loop_for(qid)
+            if self.views is not None:
+                loop = loop.with_view(self.views(qid, step))
             loop.lm.model = model
             jobs.append((loop, prompt, qid, sample_seed(self.seed, step, i)))
         eos = jobs[0][0].lm.tokenizer.eos_token_id if jobs else None

@@ -11,7 +11,9 @@
    runs the arm (``search(arm, query, k)``); its passages, cut to ``max_obs_tokens`` tokens,
    are injected as ``<information>...</information>`` (mask 0). An invalid call (unknown arm,
    empty query, a malformed tag) injects nothing, as in Router-R1, and is recorded. Every
-   call, valid or not, counts towards ``max_turns``.
+   call, valid or not, counts towards ``max_turns``. A loop with an arm presentation
+   (`AgentLoop.with_view`) lists the arms in the view's order under its shown names, maps a
+   shown name back to the pool arm it stands for, and rejects a left-out arm as unknown.
 4. After ``max_turns`` calls a short instruction is injected (mask 0,
    `ltrr.agent.prompt.FINAL_ANSWER_INSTRUCTION`) and the model writes one last turn with
    searching disabled (only ``</answer>`` stops it).
@@ -165,6 +167,9 @@ class AgentLoop:
         Where continuations are cached; None calls the model every time.
     system_role : bool
         Put the instructions in a system message (False: at the top of the user message).
+    view : ArmView, optional
+        How the prompt presents the arms (`ltrr.agent.presentation`: order, shown names, an arm
+        left out); None lists every arm, in order, under its own name. See `with_view`.
 
     Attributes
     ----------
@@ -194,6 +199,7 @@ class AgentLoop:
         seed: int = 0,
         cache: Any = None,
         system_role: bool = True,
+        view: Any = None,
     ):
         self.lm = lm
         self.search = search
@@ -210,6 +216,7 @@ class AgentLoop:
         self.seed = seed
         self.cache = cache
         self.system_role = system_role
+        self.view = view
         self.hits = 0
         self.misses = 0
         self._continue_fn: Callable[..., Continuation] | None = None  # `ltrr.agent.batching` routes turns here
@@ -222,16 +229,30 @@ class AgentLoop:
         types = {name: r.name for name, r in pool.retrievers.items()}
         return cls(lm, pool_search(pool), pool.arms if arms is None else arms, retriever_types=types, **kwargs)
 
+    def with_view(self, view: Any) -> AgentLoop:
+        """A copy of this loop (the same model, search, cache and settings) whose prompt shows
+        the arms as ``view`` does (an `ltrr.agent.presentation.ArmView` over this loop's arms;
+        None: plainly). Its trajectories record the shown names in ``arms`` and the pool arm
+        behind each renamed one in ``shown_arms``; a valid search records the pool arm."""
+        import copy
+
+        from ltrr.agent.presentation import ArmView
+
+        if view is not None and not isinstance(view, ArmView):
+            raise ConfigError(f"an arm view must be an ltrr.agent.presentation.ArmView, got {type(view).__name__}")
+        if view is not None and not view.covers(self.arm_names):
+            raise ConfigError(f"the arm view shows {list(view.arms)} and leaves out {list(view.left_out)}, "
+                              f"but the loop's arms are {self.arm_names}")
+        loop = copy.copy(self)
+        loop.view = view
+        return loop
+
     def __repr__(self) -> str:
         return f"AgentLoop(lm={self.lm!r}, arms={self.arm_names!r}, max_turns={self.max_turns!r})"
 
     @property
     def arm_names(self) -> list[str]:
-        names: list[str] = []
-        for a in self.arms:
-            name: Any = a.get("name") if isinstance(a, Mapping) else getattr(a, "name", a)
-            names.append(name)
-        return names
+        return self._names(self.arms)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -264,6 +285,8 @@ class AgentLoop:
         names = self.arm_names
         if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
             raise ConfigError(f"AgentLoop arms must have unique, non-empty names, got {names!r}")
+        if self.view is not None:
+            self.with_view(self.view)  # checks that the view is one of these arms
 
     # ---- rollouts ------------------------------------------------------------------------
     def run(self, questions: Iterable[Any], *, seed: int | None = None, batch: int = 1) -> list[Trajectory]:
@@ -284,14 +307,17 @@ class AgentLoop:
             raise DataError(f"question must be a string, got {type(question).__name__}")
         seed = self.seed if seed is None else seed
         lm = self.lm
-        traj = Trajectory(qid=str(qid), question=question, arms=self.arm_names, model=lm.identity,
-                          seed=int(seed), token_level=lm.token_level)
+        arms, strengths, names = self._presented()
+        traj = Trajectory(qid=str(qid), question=question, arms=[names.get(a, a) for a in self._names(arms)],
+                          model=lm.identity, seed=int(seed), token_level=lm.token_level,
+                          shown_arms={s: a for a, s in names.items() if s != a})
         if not question.strip():
             traj.stop_reason = "empty_question"
             traj.issues.append("empty_question")
             return traj
-        messages = build_messages(question, self.arms, self.strengths, max_turns=self.max_turns,
-                                  retriever_types=self.retriever_types, system_role=self.system_role)
+        messages = build_messages(question, arms, strengths, max_turns=self.max_turns,
+                                  retriever_types=self.retriever_types, system_role=self.system_role,
+                                  names=names)
         traj.prompt = lm.render(messages)
         if lm.token_level:
             traj.ids = list(lm.prompt_ids(messages))
@@ -338,6 +364,20 @@ class AgentLoop:
             break
         return traj
 
+    @staticmethod
+    def _names(arms: Sequence[Any]) -> list[str]:
+        return [a.get("name") if isinstance(a, Mapping) else getattr(a, "name", a) for a in arms]
+
+    def _presented(self) -> tuple[list[Any], Mapping[str, Mapping[str, float]] | None, dict[str, str]]:
+        """(the arms in prompt order, their strengths, pool name -> shown name) under the view."""
+        if self.view is None:
+            return list(self.arms), self.strengths, {}
+        by_name = dict(zip(self.arm_names, self.arms, strict=True))
+        arms = [by_name[a] for a in self.view.arms]
+        strengths = None if self.strengths is None else \
+            {a: v for a, v in self.strengths.items() if a in self.view.arms}
+        return arms, strengths, self.view.names
+
     def _continue(self, state: _State, params: DecodingParams) -> Continuation:
         lm = self.lm
         call = self._continue_fn or lm.continue_
@@ -370,11 +410,12 @@ class AgentLoop:
             state.traj.searches.append(Search(arm=None, query="", valid=False, reason="malformed_tag"))
             state.flag("invalid_search")
             return
-        arm, query, error = parse_search(content, self.arm_names)
+        arm, query, error = parse_search(content, state.traj.arms)  # the names the prompt shows
         if error is not None:
             state.traj.searches.append(Search(arm=arm, query=query, valid=False, reason=error))
             state.flag("invalid_search")
             return
+        arm = state.traj.shown_arms.get(arm, arm)  # the pool arm behind a shown name
         try:
             hits = self.search(arm, query, self.k)  # type: ignore[arg-type]
         except LtrrError as exc:

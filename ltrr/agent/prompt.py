@@ -165,12 +165,22 @@ def describe_arm(
     strengths: Mapping[str, float] | None = None,
     *,
     retriever_types: Mapping[str, str] | None = None,
+    name: str | None = None,
 ) -> str:
     """One descriptor line: name, family, cost and measured strengths.
 
-    An arm without measured strengths is described by its configuration alone.
+    An arm without measured strengths is described by its configuration alone. ``name`` shows
+    the arm under another name (`ltrr.agent.presentation`); the rest of the line is built from
+    the arm's configuration, which holds no arm name.
+
+    Examples
+    --------
+    >>> describe_arm({"name": "dense+reg", "retriever": "dense", "reranker": "reg", "cost": 2.2},
+    ...              name="arm-3")
+    '- arm-3: dense retrieval (meaning similarity), reranked by reg; cost 2.2; no measured strengths.'
     """
-    name = _check_arm(arm)
+    real = _check_arm(arm)
+    name = real if name is None else name
     family = arm_family(arm, retriever_types)
     words = _FAMILY_WORDS.get(family)
     if words is None:
@@ -192,6 +202,7 @@ def system_prompt(
     *,
     max_turns: int = 3,
     retriever_types: Mapping[str, str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> str:
     """The system message: the protocol and one `describe_arm` line per arm.
 
@@ -206,16 +217,20 @@ def system_prompt(
         The search budget stated to the model.
     retriever_types : mapping, optional
         See `arm_family`.
+    names : mapping, optional
+        Arm name -> the name it is shown under (`ltrr.agent.presentation.ArmView.names`);
+        arms missing from it are shown under their own name.
     """
     if not arms:
         raise ConfigError("the router prompt needs at least one arm")
-    names = [_check_arm(a) for a in arms]
+    real = [_check_arm(a) for a in arms]
     strengths = strengths or {}
-    unknown = sorted(set(strengths) - set(names))
+    unknown = sorted(set(strengths) - set(real))
     if unknown:
-        raise ConfigError(f"strengths name arm(s) {unknown} that are not among the arms {names}")
-    lines = [describe_arm(a, strengths.get(n), retriever_types=retriever_types)
-             for a, n in zip(arms, names, strict=True)]
+        raise ConfigError(f"strengths name arm(s) {unknown} that are not among the arms {real}")
+    shown = dict(names or {})
+    lines = [describe_arm(a, strengths.get(n), retriever_types=retriever_types, name=shown.get(n, n))
+             for a, n in zip(arms, real, strict=True)]
     return SYSTEM_TEMPLATE.format(max_turns=int(max_turns), arms="\n".join(lines))
 
 
@@ -227,11 +242,12 @@ def build_messages(
     max_turns: int = 3,
     retriever_types: Mapping[str, str] | None = None,
     system_role: bool = True,
+    names: Mapping[str, str] | None = None,
 ) -> list[dict[str, str]]:
     """The chat messages of one rollout: the `system_prompt` and the question.
 
     With ``system_role=False`` (chat templates without a system role) the instructions open the
-    user message instead.
+    user message instead. ``names`` shows arms under other names (`system_prompt`).
 
     Examples
     --------
@@ -239,7 +255,7 @@ def build_messages(
     >>> [m["role"] for m in msgs], msgs[1]["content"]
     (['system', 'user'], 'Question: Who painted the Mona Lisa?')
     """
-    system = system_prompt(arms, strengths, max_turns=max_turns, retriever_types=retriever_types)
+    system = system_prompt(arms, strengths, max_turns=max_turns, retriever_types=retriever_types, names=names)
     user = f"Question: {question.strip()}"
     if system_role:
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]

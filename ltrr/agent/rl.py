@@ -6,7 +6,9 @@ Both draw the same training questions from the design part (never a test group):
 two-hop questions make half the set as in the SFT scripts. Both sample rollouts from a policy
 with `ltrr.agent.grpo.LiveLM` (temperature from ``[agent] grpo``, a seed per sample, no
 generation cache) through loops with the GRPO settings (one passage of at most
-``max_obs_tokens`` per search; ``max_turns_single`` or ``max_turns_multihop`` searches).
+``max_obs_tokens`` per search; ``max_turns_single`` or ``max_turns_multihop`` searches). In
+GRPO each question shows the arms its own way at each step (`ltrr.agent.presentation`, the
+``[agent] grpo`` view settings; training question ``i`` at step ``s`` has key ``(1, s, i)``).
 
 Rejection sampling (RFT) spends the RL run's rollouts on the SFT policy: ``group_size`` samples
 for each of ``rollouts / group_size`` training questions, scored with the same reward; per
@@ -61,8 +63,10 @@ def training_questions(run, design: list[str]) -> list[tuple[str, str, str]]:
 
 def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, questions=None):
     """The `RouterRollouts` of ``policy`` (a `TransformersLM`) on the run: loops with the GRPO
-    settings sampling from a `LiveLM`, the training questions, gold aliases, costs and reward."""
+    settings sampling from a `LiveLM`, the training questions, gold aliases, costs and reward,
+    and each question's arm presentation per step (``spec``'s view settings)."""
     from ltrr.agent.grpo import LiveLM, RouterRollouts
+    from ltrr.agent.presentation import draw_view, view_settings
     from ltrr.agent.rewards import CostNormaliser
     from ltrr.agent.run import gold_answers, labels_table, make_loop, partition
 
@@ -75,13 +79,19 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     single = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_single, **common)
     multi = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_multihop, **common)
     qtypes = {qid: t for qid, _, t in questions}
+    place = {qid: i for i, (qid, _, _) in enumerate(questions)}
+    settings = view_settings(spec)
+
+    def views(qid: str, step: int):
+        return draw_view(single.arm_names, seed=run.config.seed, key=(1, step, place[qid]), **settings)
+
     acfg = run.config.agent
     rollouts = RouterRollouts(lambda qid: multi if qtypes[qid] == "multihop" else single,
                               {text: qid for qid, text, _ in questions}, gold_answers(run),
                               run.pool.costs, CostNormaliser(window=spec.window), spec.group_size, alpha=alpha,
                               token_price=acfg["token_price"], metric=acfg["metric"],
                               correct_threshold=acfg["correct_threshold"], seed=run.config.seed, out=out,
-                              batch=acfg["rollout_batch"], reward=acfg["reward"])
+                              batch=acfg["rollout_batch"], reward=acfg["reward"], views=views)
     return rollouts, questions
 
 

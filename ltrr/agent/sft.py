@@ -20,6 +20,13 @@ from supervised trajectories of design-part questions (never a test group):
   predicate, with the arm that ranks the answer's document first; a hop no arm finds at rank 1
   drops the question, so no script reasons from passages that do not hold what it says.
 
+Each example shows the arms its own way (`ltrr.agent.presentation.ArmView`, drawn from the
+run's seed and the example's place among the design qids): a shuffled order, on a share of the
+examples neutral ids (``arm-3``) for every arm, on a share one arm left out. The script calls
+its arm by the name the prompt shows, so the policy must find the arm by its descriptor line;
+when an example leaves out the arm the rules above pick, the same rules pick among the arms it
+shows (a multihop question whose hop no shown arm finds at rank 1 is dropped).
+
 The scripts are played through the real `AgentLoop` with `ScriptedLM`, which writes the
 scripted turns with the policy's own tokenizer, so the injected ``<information>`` blocks, the
 prompt and the token mask are exactly those of a rollout. TRL's `SFTTrainer` then fine-tunes
@@ -50,8 +57,10 @@ _BRIDGE = re.compile(r'^(?P<hop2>.*?) \(The blank is the name missing from: "(?P
 
 def spec_from_mapping(cls, d: dict, where: str, *, nonneg: tuple[str, ...] = (), text: tuple[str, ...] = ()):
     """A settings dataclass ``cls`` from a config table: unknown keys refused, ints taken as
-    floats where the default is a float, each number positive (``nonneg`` ones >= 0); the
+    floats where the default is a float, each number positive (``nonneg`` ones >= 0, those the
+    class lists in ``_SHARES`` in [0, 1]), a field whose default is a bool true or false; the
     ``text`` fields are left to the caller to check. Raises `ConfigError` naming the key."""
+    shares = tuple(getattr(cls, "_SHARES", ()))
     names = [f.name for f in fields(cls)]
     unknown = sorted(set(d) - set(names))
     if unknown:
@@ -59,7 +68,14 @@ def spec_from_mapping(cls, d: dict, where: str, *, nonneg: tuple[str, ...] = (),
     values = {}
     for f in fields(cls):
         v = d.get(f.name, f.default)
-        if f.name not in text:
+        if isinstance(f.default, bool) and f.name not in text:
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}.{f.name} must be true or false, got {v!r}")
+        elif f.name in shares:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ConfigError(f"{where}.{f.name} must be a number in [0, 1], got {v!r}")
+            v = float(v)
+        elif f.name not in text:
             kind = float if isinstance(f.default, float) else int
             if kind is float and isinstance(v, int) and not isinstance(v, bool):
                 v = float(v)
@@ -84,6 +100,19 @@ class SFTSpec:
     max_examples : int
         Design questions scripted: usable ``multihop`` ones first (at most half), then a
         type-stratified, seeded sample of the others.
+    shuffle_arms : bool
+        List the arms in a random order in each example's prompt.
+    rename_share : float
+        Share of the examples that show every arm under a neutral id (``arm-3``).
+    leave_out_share : float
+        Share of the examples that leave one random arm out of the prompt (their script calls
+        the best arm shown, by the same rules).
+
+        These three (`ltrr.agent.presentation`) make the policy read the arms' descriptors
+        rather than learn their names. Their defaults (true, 0.5, 0.25) turn the presentation
+        on; they are placeholders awaiting a choice on the design part, which has not been made
+        (no policy has been trained or measured with them yet). ``false, 0, 0`` gives the plain
+        prompt that the earlier policies were trained on.
     batch_size, grad_accum : int
         Sequences per forward pass, and passes per optimiser step.
     max_length : int
@@ -99,6 +128,9 @@ class SFTSpec:
     epochs: float = 1.0
     learning_rate: float = 5e-5
     max_examples: int = 300
+    shuffle_arms: bool = True
+    rename_share: float = 0.5
+    leave_out_share: float = 0.25
     batch_size: int = 1
     grad_accum: int = 8
     max_length: int = 768
@@ -107,6 +139,7 @@ class SFTSpec:
     ties: str = "search"
 
     _TIES = ("search", "closed_book")
+    _SHARES = ("rename_share", "leave_out_share")
 
     @classmethod
     def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
@@ -185,27 +218,32 @@ def script_for(gold: str, plan: list[tuple[str, str, str]]) -> list[str]:
     return turns
 
 
-def _first_hit_arm(pool, queries: pd.DataFrame, gold: dict[str, str], arms: list[str], costs: dict) -> dict:
-    """qid -> the cheapest arm (name order on ties) whose first passage is the gold document."""
+def _first_hit_arms(pool, queries: pd.DataFrame, gold: dict[str, str], arms: list[str], costs: dict) -> dict:
+    """qid -> the arms whose first passage is the gold document, cheapest first (name order on ties)."""
     res = pool.search(queries, arms=arms, k=1)
     top = res[res["rank"] == 1]
     hit = top[top["docid"].astype(str) == top["qid"].map(gold).astype(str)]
     out = {}
     for qid, g in hit.groupby("qid"):
-        out[str(qid)] = min(g["arm"].astype(str), key=lambda a: (costs[a], a))
+        out[str(qid)] = sorted(set(g["arm"].astype(str)), key=lambda a: (costs[a], a))
     return out
 
 
-def _typical_arm(U: pd.DataFrame, single: pd.DataFrame, retrieval: list[str], costs: dict) -> dict[str, str]:
-    """Query type -> the retrieval arm with the best mean design utility (the cheaper on ties)."""
+def _typical_arms(U: pd.DataFrame, single: pd.DataFrame, retrieval: list[str], costs: dict) -> dict[str, list]:
+    """Query type -> the retrieval arms by mean design utility, best first (the cheaper on ties)."""
     qtype = single["qtype"].astype(str).reindex(U.index) if "qtype" in single else pd.Series("all", U.index)
     means = U[[a for a in retrieval if a in U]].groupby(qtype.to_numpy()).mean()
-    return {str(t): max(means.columns, key=lambda a: (float(row[a]), -costs[a], a)) for t, row in means.iterrows()}
+    return {str(t): sorted(means.columns, key=lambda a: (float(row[a]), -costs[a], a), reverse=True)
+            for t, row in means.iterrows()}
 
 
-def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[tuple[str, list]]:
-    """(qid, plan) of the scripted design questions; see the module docstring."""
+def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, views=None) -> list[tuple[str, list]]:
+    """(qid, plan) of the scripted design questions; see the module docstring. ``views`` (qid ->
+    `ltrr.agent.presentation.ArmView`) says which arms each question's prompt leaves out."""
     from ltrr.routers.reference import utility_frame
+
+    def out_of(qid: str) -> set[str]:
+        return set(views[qid].left_out) if views is not None else set()
 
     q = run.dataset.queries.assign(qid=run.dataset.queries["qid"].astype(str)).set_index("qid")
     pool = run.pool.load(run.index_dir)
@@ -236,13 +274,15 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[
             hop2.append((qid, m.group("hop2").replace("___", name)))
             gold1[qid], gold2[qid] = a, b
         if hop1:
-            arm1 = _first_hit_arm(pool, pd.DataFrame(hop1, columns=["qid", "question"]), gold1, retrieval, costs)
-            arm2 = _first_hit_arm(pool, pd.DataFrame(hop2, columns=["qid", "question"]), gold2, retrieval, costs)
+            arm1 = _first_hit_arms(pool, pd.DataFrame(hop1, columns=["qid", "question"]), gold1, retrieval, costs)
+            arm2 = _first_hit_arms(pool, pd.DataFrame(hop2, columns=["qid", "question"]), gold2, retrieval, costs)
             for (qid, s1), (_, s2) in zip(hop1, hop2, strict=True):
-                if qid in arm1 and qid in arm2:
+                a1 = next((a for a in arm1.get(qid, []) if a not in out_of(qid)), None)
+                a2 = next((a for a in arm2.get(qid, []) if a not in out_of(qid)), None)
+                if a1 is not None and a2 is not None:
                     name = str(corpus.get(gold2[qid], ""))
-                    plans.append((qid, [(arm1[qid], s1, "First I need the missing name."),
-                                        (arm2[qid], s2, f"The missing name is {name}. Now I need the year.")]))
+                    plans.append((qid, [(a1, s1, "First I need the missing name."),
+                                        (a2, s2, f"The missing name is {name}. Now I need the year.")]))
     plans = plans[: max(1, spec.max_examples // 2)]  # two-hop scripts fill at most half
     # single-hop: the label-best arm once, or no search when no retrieval arm beats none
     U = utility_frame(labels)
@@ -257,14 +297,19 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[
             ids = np.sort(single.index[single["qtype"].astype(str) == t].to_numpy()) if "qtype" in single \
                 else np.sort(single.index.to_numpy())
             chosen += rng.permutation(ids)[:per].tolist()
-        typical = _typical_arm(U.loc[U.index.isin(single.index)], single, retrieval, costs)
+        typical = _typical_arms(U.loc[U.index.isin(single.index)], single, retrieval, costs)
         for qid in sorted(chosen)[:room]:
             u = U.loc[qid]
             base = float(u[none[0]]) if none and none[0] in u else -np.inf
-            best = max(retrieval, key=lambda a: (float(u.get(a, -np.inf)), -costs[a]))
+            shown = [a for a in retrieval if a not in out_of(qid)]  # the rules below, on the arms shown
+            if not shown:
+                plans.append((qid, []))
+                continue
+            best = max(shown, key=lambda a: (float(u.get(a, -np.inf)), -costs[a]))
             top = float(u.get(best, -np.inf))
             if top == base and spec.ties == "search":
-                best = typical[str(single.loc[qid, "qtype"]) if "qtype" in single else "all"]
+                ranked = typical[str(single.loc[qid, "qtype"]) if "qtype" in single else "all"]
+                best = next((a for a in ranked if a in shown), best)
             search = top > base or (top == base and spec.ties == "search")
             plans.append((qid, [(best, str(q.loc[qid, "question"]), "I need evidence for this.")] if search else []))
     if not plans:
@@ -273,17 +318,23 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec) -> list[
 
 
 def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spec: SFTSpec):
-    """Scripted trajectories of design questions (see the module docstring), in qid order."""
+    """Scripted trajectories of design questions (see the module docstring), in qid order; the
+    design qid at place ``i`` (sorted) shows the arms as `ltrr.agent.presentation.draw_view`
+    with key ``(0, i)`` and ``spec``'s view settings draws."""
+    from ltrr.agent.presentation import draw_view, view_settings
     from ltrr.agent.run import gold_answers, make_loop
 
     gold = gold_answers(run)
     questions = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
     scripted = ScriptedLM(lm, [])
     loop = make_loop(run, scripted, labels, design=design, use_cache=False)  # holdout arms left out
+    views = {qid: draw_view(loop.arm_names, seed=run.config.seed, key=(0, i), **view_settings(spec))
+             for i, qid in enumerate(sorted(set(map(str, design))))}
     trajs = []
-    for qid, plan in sorted(_plans(run, labels, design, spec)):
-        scripted.turns = script_for(gold[qid][0], plan)
-        t = loop.rollout(str(questions.loc[qid]), qid=qid)
+    for qid, plan in sorted(_plans(run, labels, design, spec, views)):
+        view = views[qid]
+        scripted.turns = script_for(gold[qid][0], [(view.shown_name(arm), query, why) for arm, query, why in plan])
+        t = loop.with_view(view).rollout(str(questions.loc[qid]), qid=qid)
         if t.stop_reason != "answered":
             raise DataError(f"the SFT script of {qid} ended with {t.stop_reason} ({t.issues}); this is a bug")
         trajs.append(t)

@@ -9,6 +9,10 @@ call (valid or not, and why not), the answer, why the rollout stopped, what went
   re-tokenised from the text);
 - ``mask``: 1 for a token the model wrote, 0 for the prompt and injected tokens.
 
+``arms`` holds the names the prompt showed, in its order (what the format rules accept in a
+``<search>``); ``shown_arms`` maps each shown name that is not the arm's own (a neutral id of
+`ltrr.agent.presentation`) to the pool arm, so costs are those of the arms that ran.
+
 SFT (loss on mask-1 tokens: `Trajectory.labels`) and GRPO (`Trajectory.response_ids`,
 `Trajectory.response_mask`) read them directly. Trajectories are saved as JSONL, one per line
 (`save_trajectories`, atomic), and read back with `load_trajectories`, which names the file
@@ -91,7 +95,9 @@ class Search:
     Attributes
     ----------
     arm, query : str or None, str
-        As parsed from ``ARM: sub-query`` (``arm`` None when there was no prefix).
+        As parsed from ``ARM: sub-query`` (``arm`` None when there was no prefix); a valid
+        call's ``arm`` is the pool arm, also when the prompt showed it under another name
+        (`Trajectory.shown_arms`).
     valid : bool
         The arm ran and its passages were injected.
     reason : str or None
@@ -145,6 +151,7 @@ class Trajectory:
     mask: list[int] = field(default_factory=list)
     token_level: bool = True
     arms: list[str] = field(default_factory=list)
+    shown_arms: dict[str, str] = field(default_factory=dict)  # shown name -> pool arm, when renamed
     model: str = ""
     seed: int = 0
     error: str | None = None
@@ -251,6 +258,9 @@ class Trajectory:
         for name in ("ids", "mask", "issues", "arms"):
             if not isinstance(getattr(self, name), list):
                 raise DataError(f"{name} must be a list, got {type(getattr(self, name)).__name__}")
+        if not isinstance(self.shown_arms, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.shown_arms.items()):
+            raise DataError(f"shown_arms must map shown names to arm names, got {self.shown_arms!r}"[:200])
         if not all(_count(i) for i in self.ids) or any(m not in (0, 1) for m in self.mask):
             raise DataError("ids must be non-negative integers and mask values 0 or 1")
         if len(self.ids) != len(self.mask):
