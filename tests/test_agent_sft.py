@@ -229,8 +229,6 @@ def test_sft_scripts_call_the_best_shown_arm_by_its_shown_name(project):
                 compared += 1
                 assert [s.arm for s in t.searches] != before and (t.searches or len(before) == 1)
     assert compared > 0 and any(len(t.searches) == 2 for t in every)  # two-hop scripts too
-    mixed = build(True, 0.5, 0.5)
-    assert 0 < sum(bool(t.shown_arms) for t in mixed) < len(mixed)
 
 
 @pytest.mark.slow
