@@ -11,6 +11,8 @@ injects, and finishes with ``<answer>...</answer>``.
   (`router_r1_format`, `router_r1_total`, `squad_f1`, `squad_em`).
 - `ltrr.agent.prompt`: the system prompt and one descriptor line per arm (`build_messages`,
   `describe_arm`).
+- `ltrr.agent.presentation`: how one training example shows the arms (`ArmView`, `draw_view`:
+  shuffled, renamed to neutral ids, one left out), so the policy learns to read descriptors.
 - `ltrr.agent.backends`: models that continue a partial assistant turn: `TransformersLM` and
   `LlamaCppLM` (token level, exact ids), `OpenAICompletionsLM` (text level,
   ``/v1/completions``); `make_continuation_lm` builds one from a ``[generator]`` config table.
@@ -34,6 +36,8 @@ _EXPORTS = {
     "make_continuation_lm": "ltrr.agent.backends",
     "AgentLoop": "ltrr.agent.loop",
     "pool_search": "ltrr.agent.loop",
+    "ArmView": "ltrr.agent.presentation",
+    "draw_view": "ltrr.agent.presentation",
     "build_messages": "ltrr.agent.prompt",
     "describe_arm": "ltrr.agent.prompt",
     "system_prompt": "ltrr.agent.prompt",

@@ -233,7 +233,8 @@ class AgentLoop:
         """A copy of this loop (the same model, search, cache and settings) whose prompt shows
         the arms as ``view`` does (an `ltrr.agent.presentation.ArmView` over this loop's arms;
         None: plainly). Its trajectories record the shown names in ``arms`` and the pool arm
-        behind each renamed one in ``shown_arms``; a valid search records the pool arm."""
+        behind each renamed one in ``shown_arms``; a valid search records the pool arm. The
+        copy counts its own cache hits and misses."""
         import copy
 
         from ltrr.agent.presentation import ArmView
