@@ -165,7 +165,7 @@ def test_two_grpo_steps_end_to_end(bigram_dir, tmp_path):
 
     policy, roll = _rollouts(bigram_dir, out=tmp_path / "pol")
     spec = GRPOSpec(steps=2, prompts_per_step=2, group_size=4, micro_batch=4, learning_rate=1e-2, beta=0.0,
-                    max_new_tokens=12, save_steps=1)
+                    max_new_tokens=12, save_steps=1, adapter="full")  # the LoRA default: the kill-and-resume test
     before = {k: v.clone() for k, v in policy.generator.hf_model.state_dict().items()}
     rec = train_grpo(policy, roll, list(QUESTIONS), tmp_path / "pol", spec, seed=7, log=lambda s: None)
     assert rec["steps"] == 2 and rec["rollouts"] == 16 and len(rec["router_log"]) == 2
@@ -173,10 +173,19 @@ def test_two_grpo_steps_end_to_end(bigram_dir, tmp_path):
     for key in ("reward", "frac_reward_zero_std", "entropy", "router/format_valid", "router/searches"):
         assert all(key in h for h in rec["trl_log"]), key
     assert any(r["within_group_var"] > 0 for r in rec["router_log"]), "the soft bigram model's groups must vary"
-    after = policy.generator.hf_model.state_dict()
-    assert any(not bool((before[k] == after[k]).all()) for k in before), "two steps must move the weights"
+    from safetensors.torch import load_file
+
     saved = tmp_path / "pol"
     assert (saved / "model.safetensors").exists() and (saved / "grpo.json").exists()
+    assert rec["adapter"] == {"adapter": "full"} and not (saved / "adapter_config.json").exists()
+    after = load_file(saved / "model.safetensors")
+    assert any(not bool((before[k] == after[k]).all()) for k in after), "two steps must move the weights"
+    shared = policy.generator.hf_model.state_dict()  # a copy trained: the process's loaded model is untouched
+    assert all(bool((before[k] == shared[k]).all()) for k in before)
+    from ltrr.agent.lora import export_run
+
+    with pytest.raises(ConfigError, match="full-weight policy"):  # 540 MB for SmolLM2: not committed
+        export_run(saved, tmp_path / "exported")
     assert len(list((saved / "rollouts").glob("step-*.jsonl"))) == 2
     from ltrr.agent.rl import plot_training
 
@@ -202,9 +211,14 @@ train_grpo(policy, roll, ["capital ?", "capital canberra ?"], Path({out!r}), spe
 
 @pytest.mark.slow
 def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_path):
+    """A LoRA run (the default) killed after a checkpoint, exported as it is committed (`ltrr
+    agent export`) and resumed in a new folder, as on a fresh clone: the step count and AdamW's
+    state go on, and the final adapter and optimiser state are an uninterrupted run's."""
     import torch
+    from safetensors.torch import load_file
 
     from ltrr.agent.grpo import train_grpo
+    from ltrr.agent.lora import export_run, import_checkpoint
 
     out = tmp_path / "pol"
     script = _TRAIN_SCRIPT.format(tests=str(Path(__file__).parent), folder=str(bigram_dir), out=str(out))
@@ -226,17 +240,35 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_p
     so_far = checkpoint_record(out)  # what `ltrr agent progress` shows of a run in pieces
     assert so_far["steps"] == killed_at and [r["step"] for r in so_far["router_log"]] == list(range(1, killed_at + 1))
     assert progress_table(so_far).count("\n") == killed_at + 1
-    policy, roll = _rollouts(bigram_dir, out=out, group_size=2)
+    # what is committed: the adapter, optimiser, scheduler, step, RNG states and normaliser; no pickle
+    committed = tmp_path / "repo" / "grpo"
+    doc = export_run(out, committed)
+    ck = f"checkpoints/checkpoint-{killed_at}"
+    assert set(doc["files"]) == {"checkpoints/inputs.json"} | {
+        f"{ck}/{n}" for n in ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
+                              "rng_state.pth", "trainer_state.json", "router_state.json")}
+    fresh = tmp_path / "clone" / "pol"
+    assert import_checkpoint(committed, fresh) == fresh / ck
     spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.0,
                     max_new_tokens=12, save_steps=1)
+    policy, roll = _rollouts(bigram_dir, out=fresh, group_size=2)
     lines: list[str] = []
-    rec = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], out, spec, seed=7, log=lines.append)
+    rec = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], fresh, spec, seed=7, log=lines.append)
     assert rec["resumed"] and any("resuming from" in s and f"checkpoint-{killed_at}" in s for s in lines)
-    assert rec["steps"] == 4
+    assert rec["steps"] == 4 and rec["adapter"]["adapter"] == "lora"
     assert [r["step"] for r in rec["router_log"]] == [1, 2, 3, 4]  # the killed leg's steps, then the rest
     assert [h["step"] for h in rec["trl_log"]] == [1, 2, 3, 4]
-    opt = torch.load(out / "checkpoints" / "checkpoint-4" / "optimizer.pt", weights_only=True)
-    steps = {float(s["step"]) for s in opt["state"].values()}
-    assert steps == {4.0}, steps  # AdamW's step count went on from the checkpoint, not from zero
-    state = json.loads((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())
-    assert state["global_step"] == 4
+    opt = torch.load(fresh / "checkpoints" / "checkpoint-4" / "optimizer.pt", weights_only=True)
+    assert {float(s["step"]) for s in opt["state"].values()} == {4.0}  # AdamW's count went on, not from zero
+    assert json.loads((fresh / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+    # the same run uninterrupted ends with the same adapter and optimiser state
+    policy, roll = _rollouts(bigram_dir, out=tmp_path / "whole", group_size=2)
+    whole = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], tmp_path / "whole", spec, seed=7,
+                       log=lambda s: None)
+    assert not whole["resumed"] and whole["router_log"] == rec["router_log"]
+    a, b = load_file(fresh / "adapter_model.safetensors"), load_file(tmp_path / "whole" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ref = torch.load(tmp_path / "whole" / "checkpoints" / "checkpoint-4" / "optimizer.pt", weights_only=True)
+    for i, st in opt["state"].items():
+        assert torch.equal(st["exp_avg"], ref["state"][i]["exp_avg"])
+        assert torch.equal(st["exp_avg_sq"], ref["state"][i]["exp_avg_sq"])

@@ -107,7 +107,9 @@ def test_sft_and_eval_end_to_end(project, capsys):
     out = capsys.readouterr().out
     policy = root / "ag" / "agent" / "policies" / "sft"
     assert f"policy: {policy}" in out
-    assert (policy / "model.safetensors").exists() and (policy / "config.json").exists()
+    # a LoRA policy (the default): the adapter and its base model's reference, no full weights
+    assert (policy / "adapter_model.safetensors").exists() and (policy / "base_model.json").exists()
+    assert not (policy / "model.safetensors").exists()
     rec = json.loads((policy / "sft.json").read_text())
     assert rec["steps"] >= 1 and rec["loss"] and all(x["loss"] > 0 for x in rec["loss"])
     assert not (policy / "checkpoints").exists()
@@ -261,6 +263,19 @@ def test_grpo_and_rft_commands(project, capsys):
     assert "| 1 |" in capsys.readouterr().out
     assert main(["agent", "progress", str(root / "nowhere")]) == 2
     assert "no GRPO run" in capsys.readouterr().err
+    # export (what is committed) and resume in another folder, as a fresh clone does
+    committed = root / "repo" / "grpo-test"
+    assert main(["agent", "export", str(out_dir), str(committed)]) == 0
+    assert f"exported: {committed}" in capsys.readouterr().out and (committed / "grpo.json").exists()
+    clone = root / "clone" / "grpo-test"
+    assert main(["agent", "train", str(cfg), "--from", str(tiny), "--alpha", "0.5", "--out", str(clone),
+                 "--resume", str(committed)]) == 0
+    print("DEBUGERR", capsys.readouterr())
+    again = json.loads((clone / "grpo.json").read_text())
+    print("DEBUG", again["steps"], again["resumed"], again["router_log"], again["trl_log"], sorted(p.name for p in (clone / "checkpoints").iterdir()), sorted(p.name for p in (committed / "checkpoints").iterdir()))
+    assert again["resumed"] and again["steps"] == 1 and again["router_log"] == rec["router_log"]
+    assert main(["agent", "export", str(root / "nowhere"), str(root / "x")]) == 2
+    assert "neither a finished policy nor a complete GRPO checkpoint" in capsys.readouterr().err
     for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),
                       (["--from", str(root / "nowhere")], "no policy model"),
                       (["--steps", "0"], "steps must be a positive int")):

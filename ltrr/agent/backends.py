@@ -131,6 +131,11 @@ class TransformersLM(_GeneratorLM):
     def tokenizer(self) -> Any:
         return self.generator.tokenizer
 
+    @property
+    def hf_model(self) -> Any:
+        """The Hugging Face model that continues (a LoRA policy's: its base with the adapter merged)."""
+        return self.generator.hf_model
+
     def render(self, messages: list[dict[str, str]]) -> str:
         return self.generator.render(messages)
 

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ltrr._errors import ConfigError, DataError
+from ltrr.agent import lora
 from ltrr.agent.backends import TransformersLM
 from ltrr.agent.batching import raise_on_model_errors, rollout_many
 
@@ -88,6 +89,9 @@ class GRPOSpec:
         Recent costs kept by the rolling cost normaliser.
     save_steps : int
         Optimiser steps between checkpoints.
+    adapter, lora_r, lora_alpha, lora_dropout, lora_targets
+        As in `ltrr.agent.sft.SFTSpec`: a LoRA start policy's adapter is trained further; on a
+        full start model a new adapter is trained (``"lora"``, the default) or every weight.
     """
 
     steps: int = 40
@@ -109,12 +113,20 @@ class GRPOSpec:
     max_new_tokens: int = 96
     window: int = 1000
     save_steps: int = 1
+    adapter: str = "lora"
+    lora_r: int = 8
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: str = "all-linear"
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str = "[agent] grpo") -> GRPOSpec:
-        from ltrr.agent.sft import spec_from_mapping
+        from ltrr.agent.lora import check_adapter_fields
+        from ltrr.agent.sft import _joined_targets, spec_from_mapping
 
-        spec = spec_from_mapping(cls, dict(d), where, nonneg=("beta",))
+        spec = spec_from_mapping(cls, _joined_targets(dict(d)), where, nonneg=("beta", "lora_dropout"),
+                                 text=("adapter", "lora_targets"))
+        check_adapter_fields(spec, where)
         if spec.group_size < 2:
             raise ConfigError(f"{where}.group_size must be at least 2 (a group of one has no advantage)")
         if (spec.prompts_per_step * spec.group_size) % spec.micro_batch:
@@ -295,24 +307,21 @@ def _trainer_classes():
     return GRPOConfig, GRPOTrainer, TrainerCallback, PrinterCallback
 
 
-def _last_checkpoint(ckpt: Path) -> Path | None:
-    """The newest *complete* checkpoint: ``router_state.json`` is written after everything else
-    of a checkpoint, so one killed while saving is passed over."""
-    found = [p for p in ckpt.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
-             and (p / "router_state.json").exists()]
-    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
-
-
 def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequence[str], out: str | Path,
                spec: GRPOSpec, *, seed: int = 0, log: Callable[[str], None] = print, show_progress: bool = False,
                fingerprint: Mapping[str, Any] | None = None) -> dict:
     """Train ``policy`` with TRL's `GRPOTrainer` on ``prompts`` (question texts) and save it to
-    ``out`` (safetensors, tokenizer, ``grpo.json`` with the per-step log).
+    ``out`` (a LoRA adapter and ``base_model.json``, or safetensors weights and the tokenizer;
+    then ``grpo.json`` with the per-step log).
 
-    ``policy`` must be a `TransformersLM` of a saved folder (TRL reloads the reference model
-    from it when ``spec.beta > 0``). Checkpoints go to ``out/checkpoints`` every
-    ``spec.save_steps`` steps, with the rolling cost window and the per-step log; a call finds
-    the last one and resumes it (model, optimiser, scheduler, step, cost window).
+    ``policy`` is a `TransformersLM`: a LoRA policy (`ltrr.agent.lora.PolicyLM`), whose adapter
+    is trained further against a frozen copy of itself (the KL reference when ``spec.beta >
+    0``), or a full model, on which a new adapter is trained (``spec.adapter = "lora"``; the
+    reference is the model with the adapter off) or every weight (``"full"``: the folder must
+    be a saved one, since TRL reloads the reference from it). Checkpoints go to
+    ``out/checkpoints`` every ``spec.save_steps`` steps (TRL's: the adapter or weights,
+    optimiser, scheduler, step and RNG states; with them the rolling cost window and the
+    per-step log); a call finds the last one and resumes it.
     """
     import os
 
@@ -326,14 +335,16 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
         raise DataError("GRPO needs at least one training question")
     if rollouts.group_size != spec.group_size:
         raise ConfigError(f"the rollouts' group size {rollouts.group_size} is not the spec's {spec.group_size}")
-    model = policy.generator.hf_model
-    if getattr(model, "hf_quantizer", None) is not None:
-        raise ConfigError("GRPO trains a plain (unquantised) policy folder; start from the SFT policy")
+    if spec.adapter == "full" and (isinstance(policy, lora.PolicyLM) or getattr(policy.hf_model, "hf_quantizer", None)):
+        raise ConfigError("GRPO with adapter = \"full\" trains a full, unquantised policy folder (TRL reloads "
+                          "the KL reference from it); start from a full SFT policy, or train a LoRA adapter")
+    model, peft_config = lora.trainable_model(policy, spec, log, stage="agent train")
     tokenizer = policy.tokenizer
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     ckpt = out / "checkpoints"
-    claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "policy": policy.identity,
+    # the policy by content, not path or device: a run resumes from a copy of its checkpoint elsewhere
+    claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "policy": lora.content_digest(policy),
                              "prompts": list(prompts), **dict(fingerprint or {})}, log, stage="agent train")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     n = spec.rollouts_per_step
@@ -364,36 +375,38 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                     f"searches {logs.get('router/searches', float('nan')):.2f} "
                     f"zero-adv {logs.get('frac_reward_zero_std', float('nan')):.2f}")
 
-    last = _last_checkpoint(ckpt)
+    last = lora.last_checkpoint(ckpt)
     if last is not None:
         saved = json.loads((last / "router_state.json").read_text())
         rollouts.normaliser = type(rollouts.normaliser).from_dict(saved["normaliser"])
         rollouts.history = list(saved["history"])
         log(f"[agent train] resuming from {last}")
-    trainer = GRPOTrainer(model=model, reward_funcs=[rollouts.reward], args=args,
-                          train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=tokenizer,
-                          rollout_func=rollouts, callbacks=[_Checkpointed()])
-    trainer.remove_callback(PrinterCallback)
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
-    seconds = time.perf_counter() - t0
-    steps_log = [{k: v for k, v in h.items() if isinstance(v, (int, float))}
-                 for h in trainer.state.log_history if "reward" in h]
+    from transformers import TrainerState, set_seed
+
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    trainer.save_model(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    record = {"spec": asdict(spec), "alpha": rollouts.alpha, "steps": trainer.state.global_step,
-              "rollouts": trainer.state.global_step * n, "seconds_this_leg": round(seconds, 1),
+    t0 = time.perf_counter()
+    state = TrainerState.load_from_json(str(last / "trainer_state.json")) if last is not None else None
+    if state is not None and state.global_step >= spec.steps:
+        # a finished run: transformers resuming at max_steps in mid-epoch takes one step more, so
+        # the policy is the last checkpoint's
+        adapter = lora.policy_from_checkpoint(last, tmp, policy)
+    else:
+        set_seed(seed)  # a new adapter's initial weights come from the seed (the Trainer seeds only after wrapping)
+        trainer = GRPOTrainer(model=model, reward_funcs=[rollouts.reward], args=args,
+                              train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=tokenizer,
+                              rollout_func=rollouts, callbacks=[_Checkpointed()], peft_config=peft_config)
+        trainer.remove_callback(PrinterCallback)
+        trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
+        state = trainer.state
+        adapter = lora.save_trained(trainer, tmp, policy)
+    seconds = time.perf_counter() - t0
+    steps_log = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in state.log_history if "reward" in h]
+    record = {"spec": asdict(spec), "adapter": adapter or {"adapter": "full"}, "alpha": rollouts.alpha, "steps": state.global_step,
+              "rollouts": state.global_step * n, "seconds_this_leg": round(seconds, 1),
               "resumed": last is not None, "base_policy": policy.identity, "seed": seed,
               "trl_log": steps_log, "router_log": rollouts.history}
     (tmp / "grpo.json").write_text(json.dumps(record, indent=1) + "\n")
-    out.mkdir(parents=True, exist_ok=True)
-    for item in sorted(tmp.iterdir(), key=lambda p: p.name == "grpo.json"):  # grpo.json last: a whole policy
-        target = out / item.name
-        if target.is_dir():
-            shutil.rmtree(target)
-        item.replace(target)
-    tmp.rmdir()
+    lora.replace_policy(tmp, out, "grpo.json")
     return record

@@ -73,7 +73,7 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     labels = labels_table(run)
     design, _ = partition(run)
     questions = training_questions(run, design) if questions is None else questions
-    live = LiveLM(policy, policy.generator.hf_model)
+    live = LiveLM(policy, policy.hf_model)
     common = {"k": spec.k, "max_obs_tokens": spec.max_obs_tokens, "max_new_tokens": spec.max_new_tokens,
               "temperature": spec.temperature}
     single = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_single, **common)
@@ -96,9 +96,13 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
 
 
 def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = None, alpha: float | None = None,
-             log: Callable[[str], None] = print, show_progress: bool = False) -> dict:
-    """`ltrr agent train`: GRPO from the policy in ``start`` into ``out``; see `ltrr.agent.grpo`."""
+             log: Callable[[str], None] = print, show_progress: bool = False,
+             resume_from: str | Path | None = None) -> dict:
+    """`ltrr agent train`: GRPO from the policy in ``start`` into ``out``; see `ltrr.agent.grpo`.
+    ``resume_from``: a run exported by `ltrr.agent.lora.export_run` (a committed checkpoint),
+    resumed when ``out`` has no newer checkpoint and the run's inputs are the same."""
     from ltrr.agent.grpo import GRPOSpec, train_grpo
+    from ltrr.agent.lora import import_checkpoint
     from ltrr.agent.run import policy_lm
 
     spec = GRPOSpec.from_mapping({**run.config.agent["grpo"], **({} if steps is None else {"steps": steps})})
@@ -106,12 +110,15 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
     _check_alpha(alpha)
     policy = policy_lm(run, start)
     out = Path(out)
+    if resume_from is not None:
+        got = import_checkpoint(resume_from, out)
+        log(f"[agent train] {resume_from}: " + (f"resuming {got}" if got else "no checkpoint to resume; starting"))
     rollouts, questions = make_rollouts(run, policy, spec, alpha=alpha, out=out)
     log(f"[agent train] {len(questions)} design questions ({sum(t == 'multihop' for *_, t in questions)} multihop), "
         f"{spec.steps} steps of {spec.prompts_per_step} x {spec.group_size} rollouts, alpha {alpha}")
     record = train_grpo(policy, rollouts, [text for _, text, _ in questions], out, spec, seed=run.config.seed,
                         log=log, show_progress=show_progress,
-                        fingerprint={"alpha": alpha, "start": str(Path(start).resolve())})
+                        fingerprint={"alpha": alpha})  # the start policy by content: train_grpo's ``policy``
     plot_training(record, out / "training.png")
     return record
 
@@ -210,13 +217,13 @@ def checkpoint_record(folder: str | Path) -> dict:
     """The per-step logs of a GRPO run so far, from its newest complete checkpoint (a run in
     pieces has no ``grpo.json`` until its last step): the same keys `plot_training` reads."""
     from ltrr._errors import NotBuiltError
-    from ltrr.agent.grpo import _last_checkpoint
+    from ltrr.agent.lora import last_checkpoint
 
     folder = Path(folder)
     done = folder / "grpo.json"
     if done.exists():
         return json.loads(done.read_text())
-    last = _last_checkpoint(folder / "checkpoints")
+    last = last_checkpoint(folder / "checkpoints")
     if last is None:
         raise NotBuiltError(f"{folder}: no GRPO run (grpo.json or a complete checkpoint); see `ltrr agent train`")
     state = json.loads((last / "trainer_state.json").read_text())

@@ -64,20 +64,17 @@ def gold_answers(run) -> dict[str, list[str]]:
 
 
 def policy_lm(run, policy: str | Path | None = None):
-    """The policy model: a policy folder (SFT or RL, a Hugging Face folder), else the run's
-    generator model, as a token-level `ltrr.agent.backends.ContinuationLM` where it can be one."""
-    from ltrr.agent.backends import TransformersLM, make_continuation_lm
+    """The policy model: a policy folder (SFT or RL: a LoRA adapter on its base model, or a full
+    Hugging Face folder; `ltrr.agent.lora.load_policy`), else the run's generator model, as a
+    token-level `ltrr.agent.backends.ContinuationLM` where it can be one."""
+    from ltrr.agent.backends import make_continuation_lm
+    from ltrr.agent.lora import load_policy
     from ltrr.config import backend_settings
-    from ltrr.generation.transformers_backend import TransformersGenerator
 
     policy = policy or run.config.agent["policy"]
     device = run.config.agent["device"]
     if policy:
-        folder = Path(policy)
-        if not (folder / "config.json").exists():
-            raise NotBuiltError(f"{folder}: no policy model (config.json and safetensors weights); "
-                                "train one with `ltrr agent sft CONFIG`")
-        return TransformersLM(TransformersGenerator(str(folder), device=device))
+        return load_policy(Path(policy), device=device)
     gcfg = backend_settings(run.config.generation)
     if gcfg.get("backend", "transformers") == "transformers":
         gcfg["device"] = device

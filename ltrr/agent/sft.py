@@ -123,6 +123,12 @@ class SFTSpec:
         Share of the steps spent warming up.
     ties : {"search", "closed_book"}
         What a single-hop question on which no arm beats another is scripted to do.
+    adapter : {"lora", "full"}
+        Train a LoRA adapter on the start model (a few MB, committable) or every weight.
+    lora_r, lora_alpha, lora_dropout, lora_targets
+        A new adapter's rank, scale numerator, dropout, and the modules it goes on
+        (``"all-linear"`` or comma-separated names); a LoRA start policy keeps its own. The
+        defaults and why: `ltrr.agent.lora`.
     """
 
     epochs: float = 1.0
@@ -137,18 +143,35 @@ class SFTSpec:
     save_steps: int = 5
     warmup_ratio: float = 0.05
     ties: str = "search"
+    adapter: str = "lora"
+    lora_r: int = 8
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: str = "all-linear"
 
     _TIES = ("search", "closed_book")
     _SHARES = ("rename_share", "leave_out_share")
 
     @classmethod
     def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
-        spec = spec_from_mapping(cls, d, where, text=("ties",))
+        from ltrr.agent.lora import check_adapter_fields
+
+        spec = spec_from_mapping(cls, _joined_targets(d), where, text=("ties", "adapter", "lora_targets"),
+                                 nonneg=("lora_dropout",))
+        check_adapter_fields(spec, where)
         if spec.ties not in cls._TIES:
             raise ConfigError(f"{where}.ties must be one of {', '.join(cls._TIES)}, got {spec.ties!r}")
         if spec.warmup_ratio >= 1:
             raise ConfigError(f"{where}.warmup_ratio must be below 1, got {spec.warmup_ratio!r}")
         return spec
+
+
+def _joined_targets(d: dict) -> dict:
+    """``lora_targets`` given as a TOML list, as the comma-separated text the specs keep."""
+    t = d.get("lora_targets")
+    if isinstance(t, (list, tuple)) and all(isinstance(x, str) for x in t):
+        return {**d, "lora_targets": ",".join(t)}
+    return d
 
 
 class ScriptedLM(ContinuationLM):
@@ -341,21 +364,6 @@ def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spe
     return trajs
 
 
-def _plain_copy(model):
-    """A GGUF file loads de-quantised (float32 weights) but stays flagged as quantised, which the
-    Trainer refuses; the same weights in a plain model of the same config train and save normally."""
-    import copy
-
-    from transformers import AutoModelForCausalLM
-
-    config = copy.deepcopy(model.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype)
-    plain.load_state_dict(model.state_dict(), strict=True)
-    return plain
-
-
 def claim_checkpoints(ckpt: Path, inputs: dict, log, stage: str = "agent sft") -> None:
     """Keep ``ckpt``'s checkpoints only if they were written for these exact inputs.
 
@@ -379,7 +387,9 @@ def claim_checkpoints(ckpt: Path, inputs: dict, log, stage: str = "agent sft") -
 def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, seed: int = 0,
               log=print, show_progress: bool = False) -> dict:
     """Fine-tune the policy with TRL's `SFTTrainer` on ``trajectories`` (loss on their mask-1
-    tokens); save it to ``out`` (safetensors, tokenizer, ``sft.json``). Resumes from the last
+    tokens); save it to ``out`` (a LoRA adapter and ``base_model.json``, or with ``adapter =
+    "full"`` safetensors weights and the tokenizer; then ``sft.json``). ``model_dir_or_lm`` is a
+    `TransformersLM` or a policy folder (`ltrr.agent.lora.load_policy`). Resumes from the last
     checkpoint under ``out/checkpoints``."""
     try:
         from datasets import Dataset
@@ -389,13 +399,13 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
         from ltrr._errors import MissingDependencyError
 
         raise MissingDependencyError(f"SFT needs TRL: pip install 'ltrr[agent]' ({exc})") from None
+    from ltrr.agent import lora
     from ltrr.agent.backends import TransformersLM
 
     out = Path(out)
-    lm = model_dir_or_lm if isinstance(model_dir_or_lm, TransformersLM) else TransformersLM(model_dir_or_lm)
-    model, tokenizer = lm.generator.hf_model, lm.tokenizer
-    if getattr(model, "hf_quantizer", None) is not None:
-        model = _plain_copy(model)
+    lm = model_dir_or_lm if isinstance(model_dir_or_lm, TransformersLM) else lora.load_policy(model_dir_or_lm)
+    model, peft_config = lora.trainable_model(lm, spec, log, stage="agent sft")
+    tokenizer = lm.tokenizer
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     rows = {"input_ids": [list(t.ids)[: spec.max_length] for t in trajectories],
@@ -420,8 +430,11 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
                 if state.global_step % 10 == 0:
                     log(f"[agent sft] step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f}")
 
+    from transformers import set_seed
+
+    set_seed(seed)  # a new adapter's initial weights come from the seed (the Trainer seeds only after wrapping)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict(rows), processing_class=tokenizer,
-                         callbacks=[_Log()])
+                         callbacks=[_Log()], peft_config=peft_config)
     trainer.remove_callback(PrinterCallback)  # the log lines above, not a dict per step
     resume = any(ckpt.glob("checkpoint-*")) if ckpt.exists() else False
     if resume:
@@ -435,17 +448,13 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    trainer.save_model(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    record = {"spec": asdict(spec), "examples": len(rows["input_ids"]),
+    adapter = lora.save_trained(trainer, tmp, lm)
+    record = {"spec": asdict(spec), "adapter": adapter or {"adapter": "full"}, "examples": len(rows["input_ids"]),
               "model_tokens": int(sum(sum(m) for m in rows["assistant_masks"])),
               "tokens": int(sum(len(i) for i in rows["input_ids"])), "steps": trainer.state.global_step,
               "seconds_this_leg": round(seconds, 1), "resumed": resume, "base_model": lm.identity,
               "seed": seed, "loss": history}
     (tmp / "sft.json").write_text(json.dumps(record, indent=1) + "\n")
-    out.mkdir(parents=True, exist_ok=True)
-    for item in sorted(tmp.iterdir(), key=lambda p: p.name == "sft.json"):  # sft.json last: it marks a whole policy
-        item.replace(out / item.name)
-    tmp.rmdir()
+    lora.replace_policy(tmp, out, "sft.json")
     shutil.rmtree(ckpt, ignore_errors=True)  # the policy is saved; the checkpoints were for resuming
     return record

@@ -1,4 +1,4 @@
-"""`ltrr agent sft|eval`: the command-line face of `ltrr.agent.sft` and `ltrr.agent.evaluate`."""
+"""`ltrr agent sft|eval|train|rft|export|progress|compare`: the command-line face of `ltrr.agent`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     t.add_argument("--steps", type=int, help="optimiser steps (default: [agent] grpo.steps)")
     t.add_argument("--alpha", type=float, help="weight of the cost reward (default: [agent] alpha)")
     t.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/grpo-a<alpha>)")
+    t.add_argument("--resume", metavar="DIR", help="resume from a run exported by `ltrr agent export` (a committed "
+                   "checkpoint) when --out has no newer one")
     t.set_defaults(func=lambda a: _train(a, log, out))
     r = asub.add_parser("rft", help="rejection-sampling fine-tuning: the RL run's equal-compute baseline")
     r.add_argument("config")
@@ -37,6 +39,10 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     r.add_argument("--rollouts", type=int, required=True, help="samples to draw (the RL run's rollouts)")
     r.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/rft)")
     r.set_defaults(func=lambda a: _rft(a, log, out))
+    x = asub.add_parser("export", help="copy a LoRA policy and its GRPO run's newest checkpoint to a tracked folder")
+    x.add_argument("policy_dir", help="a policy folder (--out of ltrr agent sft|train|rft)")
+    x.add_argument("dest", help="where to copy it (e.g. data/policies/<config>/<name>); replaced")
+    x.set_defaults(func=lambda a: _export(a, out))
     g = asub.add_parser("progress", help="a GRPO run's per-step log so far (from its last checkpoint) and its plot")
     g.add_argument("policy_dir", help="the run's policy folder (--out of ltrr agent train)")
     g.set_defaults(func=lambda a: _progress(a, out))
@@ -99,7 +105,8 @@ def _train(args: argparse.Namespace, log, out) -> int:
     alpha = run.config.agent["alpha"] if args.alpha is None else args.alpha
     start = args.start or agent_dir(run) / "policies" / "sft"
     folder = args.out or agent_dir(run) / "policies" / f"grpo-a{alpha:g}"
-    rec = run_grpo(run, start, folder, steps=args.steps, alpha=alpha, log=log, show_progress=progress_enabled())
+    rec = run_grpo(run, start, folder, steps=args.steps, alpha=alpha, log=log, show_progress=progress_enabled(),
+                   resume_from=args.resume)
     last = rec["router_log"][-1] if rec["router_log"] else {}
     out(f"policy: {folder} ({rec['steps']} steps, {rec['rollouts']} rollouts, {rec['seconds_this_leg']}s this leg; "
         f"last step reward {last.get('reward', float('nan')):.3f})")
@@ -135,6 +142,17 @@ def _compare(args: argparse.Namespace, out) -> int:
         a, b = doc["agent"][0].get(m), doc["agent"][1].get(m)
         if a is not None and b is not None:
             out(f"| {m} (mean only) | {a:.4f} | {b:.4f} | {a - b:+.4f} | |")
+    return 0
+
+
+def _export(args: argparse.Namespace, out) -> int:
+    from ltrr.agent.lora import export_run
+
+    doc = export_run(args.policy_dir, args.dest)
+    what = f"checkpoint {doc['checkpoint']}" if doc["checkpoint"] else "no checkpoint"
+    out(f"exported: {doc['dest']} ({len(doc['files'])} files, {doc['bytes'] / 1e6:.1f} MB; {what})")
+    if doc["checkpoint"]:
+        out(f"resume:   ltrr agent train CONFIG --from START --resume {doc['dest']}")
     return 0
 
 
