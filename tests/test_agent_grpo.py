@@ -37,13 +37,16 @@ def bigram_dir(tmp_path_factory):
 
 
 def _rollouts(folder, out=None, group_size=4, batch=1):
+    """A policy (a model folder, or a LoRA policy folder) and its rollout function."""
     from ltrr.agent.backends import TransformersLM
     from ltrr.agent.loop import AgentLoop
+    from ltrr.agent.lora import is_adapter_folder, load_policy
     from ltrr.agent.rewards import CostNormaliser
     from ltrr.generation import TransformersGenerator
 
-    policy = TransformersLM(TransformersGenerator(str(folder), n_threads=1))
-    live = LiveLM(policy, policy.generator.hf_model)
+    policy = load_policy(folder) if is_adapter_folder(folder) else \
+        TransformersLM(TransformersGenerator(str(folder), n_threads=1))
+    live = LiveLM(policy, policy.hf_model)
     loop = AgentLoop(live, _search, ARMS, k=1, max_turns=2, max_new_tokens=12, max_obs_tokens=16, temperature=1.0)
     return policy, RouterRollouts(lambda qid: loop, QUESTIONS, GOLD, COSTS, CostNormaliser(window=64), group_size,
                                   alpha=0.2, seed=7, out=out, batch=batch)
@@ -203,17 +206,34 @@ import time
 loop = roll.loop_for("q1")
 fast = loop.search
 loop.search = lambda arm, query, k: (time.sleep(0.3), fast(arm, query, k))[1]  # slow steps: a kill lands mid-run
-spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.0,
+spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.05,
                 max_new_tokens=12, save_steps=1)
 train_grpo(policy, roll, ["capital ?", "capital canberra ?"], Path({out!r}), spec, seed=7, log=print)
 """
 
 
+@pytest.fixture(scope="module")
+def bigram_sft(bigram_dir, tmp_path_factory):
+    """A LoRA SFT policy of the soft bigram model (one step on one search turn)."""
+    from types import SimpleNamespace
+
+    from ltrr.agent.sft import SFTSpec, train_sft
+
+    policy, _ = _rollouts(bigram_dir)
+    ids = policy.encode("user : capital assistant : <think> plan </think> <search> bm25: capital </search>")
+    out = tmp_path_factory.mktemp("bigram-sft") / "sft"
+    train_sft([SimpleNamespace(ids=ids, mask=[0] * 4 + [1] * (len(ids) - 4))], policy, out,
+              SFTSpec(epochs=1.0, batch_size=1, grad_accum=1, learning_rate=1e-2, max_length=64), seed=1,
+              log=lambda s: None)
+    return out
+
+
 @pytest.mark.slow
-def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_path):
-    """A LoRA run (the default) killed after a checkpoint, exported as it is committed (`ltrr
-    agent export`) and resumed in a new folder, as on a fresh clone: the step count and AdamW's
-    state go on, and the final adapter and optimiser state are an uninterrupted run's."""
+def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_sft, tmp_path):
+    """GRPO from a LoRA SFT policy (its adapter trains further; TRL's frozen copy of it, ``ref``,
+    is the KL reference), killed after a checkpoint, exported as it is committed (`ltrr agent
+    export`) and resumed in a new folder, as on a fresh clone: the step count and AdamW's state
+    go on, and the final adapter and optimiser state are an uninterrupted run's."""
     import torch
     from safetensors.torch import load_file
 
@@ -221,7 +241,7 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_p
     from ltrr.agent.lora import export_run, import_checkpoint
 
     out = tmp_path / "pol"
-    script = _TRAIN_SCRIPT.format(tests=str(Path(__file__).parent), folder=str(bigram_dir), out=str(out))
+    script = _TRAIN_SCRIPT.format(tests=str(Path(__file__).parent), folder=str(bigram_sft), out=str(out))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "LTRR_PROGRESS": "0"})
     marker = out / "checkpoints" / "checkpoint-2" / "router_state.json"
@@ -246,28 +266,31 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_dir, tmp_p
     ck = f"checkpoints/checkpoint-{killed_at}"
     assert set(doc["files"]) == {"checkpoints/inputs.json"} | {
         f"{ck}/{n}" for n in ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
-                              "rng_state.pth", "trainer_state.json", "router_state.json")}
+                              "rng_state.pth", "trainer_state.json", "router_state.json",
+                              "ref/adapter_model.safetensors", "ref/adapter_config.json")}
     fresh = tmp_path / "clone" / "pol"
     assert import_checkpoint(committed, fresh) == fresh / ck
-    spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.0,
+    spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.05,
                     max_new_tokens=12, save_steps=1)
-    policy, roll = _rollouts(bigram_dir, out=fresh, group_size=2)
+    policy, roll = _rollouts(bigram_sft, out=fresh, group_size=2)
     lines: list[str] = []
     rec = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], fresh, spec, seed=7, log=lines.append)
     assert rec["resumed"] and any("resuming from" in s and f"checkpoint-{killed_at}" in s for s in lines)
     assert rec["steps"] == 4 and rec["adapter"]["adapter"] == "lora"
     assert [r["step"] for r in rec["router_log"]] == [1, 2, 3, 4]  # the killed leg's steps, then the rest
-    assert [h["step"] for h in rec["trl_log"]] == [1, 2, 3, 4]
+    assert [h["step"] for h in rec["trl_log"]] == [1, 2, 3, 4] and all("kl" in h for h in rec["trl_log"])
     opt = torch.load(fresh / "checkpoints" / "checkpoint-4" / "optimizer.pt", weights_only=True)
     assert {float(s["step"]) for s in opt["state"].values()} == {4.0}  # AdamW's count went on, not from zero
     assert json.loads((fresh / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     # the same run uninterrupted ends with the same adapter and optimiser state
-    policy, roll = _rollouts(bigram_dir, out=tmp_path / "whole", group_size=2)
+    policy, roll = _rollouts(bigram_sft, out=tmp_path / "whole", group_size=2)
     whole = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], tmp_path / "whole", spec, seed=7,
                        log=lambda s: None)
     assert not whole["resumed"] and whole["router_log"] == rec["router_log"]
     a, b = load_file(fresh / "adapter_model.safetensors"), load_file(tmp_path / "whole" / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(bigram_sft / "adapter_model.safetensors")  # the SFT adapter trained further
+    assert start.keys() == a.keys() and any(not torch.equal(a[k], start[k]) for k in a)
     ref = torch.load(tmp_path / "whole" / "checkpoints" / "checkpoint-4" / "optimizer.pt", weights_only=True)
     for i, st in opt["state"].items():
         assert torch.equal(st["exp_avg"], ref["state"][i]["exp_avg"])

@@ -259,8 +259,8 @@ def trainable_model(lm: TransformersLM, spec: Any, log: Any = print, stage: str 
     if isinstance(lm, PolicyLM):
         if spec.adapter == "lora":
             cfg = json.loads((lm.folder / "adapter_config.json").read_text())
-            log(f"[{stage}] training the start policy's adapter further (rank {cfg.get('r')}, targets "
-                f"{cfg.get('target_modules')}); the spec's lora_* settings apply to new adapters only")
+            log(f"[{stage}] training the start policy's adapter further (rank {cfg.get('r')}, on "
+                f"{_leaf_names(cfg.get('target_modules'))}); the spec's lora_* settings apply to new adapters only")
             return lm.trainable_adapter(), None
         return plain_copy(lm.hf_model), None
     return plain_copy(lm.hf_model), (lora_config(spec) if spec.adapter == "lora" else None)
@@ -289,10 +289,14 @@ def _with_base(folder: Path, lm: TransformersLM) -> dict:
         ref = {**ref, "relpath": os.path.relpath(ref["path"], Path(folder).resolve())}
     (folder / BASE_FILE).write_text(json.dumps(ref, indent=1) + "\n")
     cfg = json.loads((folder / "adapter_config.json").read_text())
-    targets = cfg["target_modules"]
     return {"adapter": "lora", "r": cfg["r"], "lora_alpha": cfg["lora_alpha"], "lora_dropout": cfg["lora_dropout"],
-            "target_modules": sorted(targets) if not isinstance(targets, str) else targets,
+            "target_modules": _leaf_names(cfg["target_modules"]),
             "adapter_bytes": (folder / "adapter_model.safetensors").stat().st_size}
+
+
+def _leaf_names(targets: Any) -> Any:
+    """The module names an adapter is on (PEFT saves every module's full path once expanded)."""
+    return targets if isinstance(targets, str) else sorted({str(t).split(".")[-1] for t in targets or ()})
 
 
 def policy_from_checkpoint(ckpt: Path, folder: Path, lm: TransformersLM) -> dict:
