@@ -119,3 +119,6 @@ def test_bad_policy_folders_are_named(trained, tmp_path):
         (folder / "base_model.json").write_text(json.dumps({**ref, **edit}))
         with pytest.raises(ConfigError, match=msg):
             load_policy(folder)
+    (folder / "base_model.json").write_text("{}")
+    with pytest.raises(ConfigError, match="must name the base model"):
+        load_policy(folder)

@@ -388,7 +388,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
         shutil.rmtree(tmp)
     t0 = time.perf_counter()
     state = TrainerState.load_from_json(str(last / "trainer_state.json")) if last is not None else None
-    if state is not None and state.global_step >= spec.steps:
+    if last is not None and state is not None and state.global_step >= spec.steps:
         # a finished run: transformers resuming at max_steps in mid-epoch takes one step more, so
         # the policy is the last checkpoint's
         adapter = lora.policy_from_checkpoint(last, tmp, policy)

@@ -52,7 +52,7 @@ from typing import Any
 from ltrr._errors import ConfigError, MissingDependencyError, NotBuiltError
 from ltrr.agent.backends import TransformersLM
 
-__all__ = ["ADAPTERS", "BASE_FILE", "PolicyLM", "adapter_fields", "check_adapter_fields", "content_digest",
+__all__ = ["ADAPTERS", "BASE_FILE", "PolicyLM", "check_adapter_fields", "content_digest",
            "export_run", "import_checkpoint", "is_adapter_folder", "last_checkpoint", "load_policy",
            "lora_config", "plain_copy", "policy_from_checkpoint", "replace_policy", "save_trained", "trainable_model"]
 
@@ -64,12 +64,6 @@ ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 CHECKPOINT_FILES = ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
                     "rng_state.pth", "trainer_state.json", "router_state.json")
 POLICY_FILES = (*ADAPTER_FILES, BASE_FILE, "sft.json", "grpo.json", "rft.json", "training.png")
-
-
-def adapter_fields() -> dict[str, Any]:
-    """The adapter settings shared by `ltrr.agent.sft.SFTSpec` and `ltrr.agent.grpo.GRPOSpec`,
-    with their defaults (see the module docstring for why these)."""
-    return {"adapter": "lora", "lora_r": 8, "lora_alpha": 32, "lora_dropout": 0.0, "lora_targets": "all-linear"}
 
 
 def check_adapter_fields(spec: Any, where: str) -> None:
@@ -169,7 +163,7 @@ class PolicyLM(TransformersLM):
         if missing:
             raise NotBuiltError(f"{self.folder}: not a LoRA policy folder (missing {', '.join(missing)}); "
                                 "train one with `ltrr agent sft CONFIG`")
-        self.base = json.loads((self.folder / BASE_FILE).read_text())
+        self.base = _read_base(self.folder)
         self.generator = TransformersGenerator(_find_base(self.folder, self.base), device=device, dtype=dtype)
         found = _weights_digest(self.generator)
         if found != self.base["sha256"]:
@@ -207,9 +201,21 @@ class PolicyLM(TransformersLM):
         return self.hf_model, self.generator.device
 
 
-def _find_base(folder: Path, ref: dict) -> str:
-    """The model argument of the base in ``ref`` (``base_model.json``): the packaged model or
-    hub id it was loaded by, else its path relative to ``folder``, else its absolute path."""
+def _read_base(folder: Path) -> dict:
+    try:
+        ref = json.loads((folder / BASE_FILE).read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{folder / BASE_FILE} is not valid JSON ({exc})") from None
+    if not isinstance(ref, dict) or not isinstance(ref.get("sha256"), str) or "path" not in ref:
+        raise ConfigError(f"{folder / BASE_FILE} must name the base model (\"model\", \"path\", \"relpath\") "
+                          "and its \"sha256\"; it was written by `ltrr agent sft|train|rft`")
+    return ref
+
+
+def _find_base(folder: Path, ref: dict) -> str | None:
+    """The model argument of the base in ``ref`` (``base_model.json``): the packaged model it was
+    loaded by (None: the default one), else its path relative to ``folder``, else its absolute
+    path, else the argument as given (a hub id, read from the local Hugging Face cache)."""
     from ltrr.generation.models import packaged_models
 
     model = ref.get("model")
