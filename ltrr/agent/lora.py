@@ -30,9 +30,9 @@ attention-only LoRA clearly behind LoRA on every layer (the MLPs hold most of th
 so the adapter goes on all linear layers, not the common q/v or q/k/v/o; (3) size: on
 SmolLM2-135M (measured: PEFT 0.21.2, float32 safetensors) rank 8 on all linear layers is 2.44 M
 parameters and a 9.8 MB adapter (9,823,216 bytes), rank 16 twice that (19.6 MB), rank 16 on
-q/k/v/o 7.4 MB and rank 8 on q/k/v/o 3.7 MB; a GRPO checkpoint holds the adapter, AdamW's two
-moments and, from a LoRA start with ``beta > 0``, the frozen reference copy: three to four
-adapters, so rank 8 keeps it near 30-40 MB, small enough to commit; (4) dropout 0: GRPO's
+q/k/v/o 7.4 MB and rank 8 on q/k/v/o 3.7 MB; an exported GRPO checkpoint holds the adapter and
+AdamW's two moments, 29.7 MB at rank 8 (``optimizer.pt`` measured at 19,879,375 bytes), small
+enough to commit; (4) dropout 0: GRPO's
 log-probabilities must be those of the sampling policy, and a resumed run then repeats an
 uninterrupted one exactly. Not measured here: the rank's or the placement's effect on the
 router's reward, and the learning rate; the same study puts LoRA's best rate about 10 times
@@ -60,7 +60,9 @@ ADAPTERS = ("lora", "full")
 BASE_FILE = "base_model.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 # what a GRPO checkpoint needs to resume (TRL/transformers load each torch file with
-# weights_only=True); its training_args.bin (a pickle, never read on resume) and tokenizer stay out
+# weights_only=True); its training_args.bin (a pickle, never read on resume) and tokenizer stay
+# out, and so does ref/, TRL's frozen KL-reference adapter: a copy of the start policy's adapter,
+# which TRL makes again from the start policy (the same one: the run's fingerprint checks it)
 CHECKPOINT_FILES = ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
                     "rng_state.pth", "trainer_state.json", "router_state.json")
 POLICY_FILES = (*ADAPTER_FILES, BASE_FILE, "sft.json", "grpo.json", "rft.json", "training.png")
@@ -349,9 +351,9 @@ def replace_policy(tmp: Path, out: Path, record: str) -> None:
 def export_run(folder: str | os.PathLike[str], dest: str | os.PathLike[str]) -> dict:
     """Copy a policy folder's small files into ``dest`` (a tracked folder): the finished policy
     (adapter, ``base_model.json``, its records and plot) and, for a GRPO run, its newest complete
-    checkpoint (adapter, frozen reference adapter, optimiser, scheduler, step, RNG states, cost
-    normaliser and per-step log) with the inputs' fingerprint, so `import_checkpoint` resumes it
-    on a fresh clone. Replaces what ``dest`` held; returns what was written (paths, bytes)."""
+    checkpoint (adapter, optimiser, scheduler, step, RNG states, cost normaliser and per-step
+    log; see ``CHECKPOINT_FILES``) with the inputs' fingerprint, so `import_checkpoint` resumes
+    it on a fresh clone. Replaces what ``dest`` held; returns what was written (paths, bytes)."""
     src, dest = Path(folder), Path(dest)
     last = last_checkpoint(src / "checkpoints")
     have = [f for f in POLICY_FILES if (src / f).is_file()]
@@ -378,8 +380,6 @@ def export_run(folder: str | os.PathLike[str], dest: str | os.PathLike[str]) -> 
         for f in CHECKPOINT_FILES:
             if (last / f).is_file():
                 shutil.copy2(last / f, out / f)
-        if (last / "ref").is_dir():
-            shutil.copytree(last / "ref", out / "ref")
         shutil.copy2(last / "router_state.json", out / "router_state.json")  # last: a whole checkpoint
     if dest.exists():
         shutil.rmtree(dest)
