@@ -250,7 +250,7 @@ def test_the_larger_packaged_models_answer_when_installed(name):
 
 
 @pytest.mark.slow
-def test_a_sample_of_the_committed_generations_regenerates_identically():
+def test_a_sample_of_the_committed_generations_regenerates_identically(tmp_path):
     """Three generations and three likelihoods of the committed demo-qwen checkpoint (a seeded
     pick among its design-sample rows; `data/checkpoints/demo-qwen-regeneration-sample.jsonl`
     holds their prompts and cache keys) made again with the backend: the same text and the
@@ -267,7 +267,10 @@ def test_a_sample_of_the_committed_generations_regenerates_identically():
         pytest.skip(f"the generations were made by qwen2.5-coder-0.5b, not installed ({model.pip_command()})")
     gen = LlamaCppGenerator("qwen2.5-coder-0.5b", n_ctx=2048)
     sample = [json.loads(line) for line in (root / "demo-qwen-regeneration-sample.jsonl").read_text().splitlines()]
-    stored = GenerationCache(root / "demo-qwen-generations.sqlite").get_many([r["key"] for r in sample])
+    # a copy: opening a cache sets WAL mode, which would rewrite the tracked checkpoint file
+    copy = tmp_path / "checkpoint.sqlite"
+    copy.write_bytes((root / "demo-qwen-generations.sqlite").read_bytes())
+    stored = GenerationCache(copy).get_many([r["key"] for r in sample])
     assert len(stored) == len(sample) == 6 and {r["kind"] for r in sample} == {"gen", "score"}
     for r in sample:
         if r["kind"] == "gen":
