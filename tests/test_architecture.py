@@ -24,6 +24,7 @@ GROUND = {
     "ltrr._version",
     "ltrr._atomic",
     "ltrr._cpu",
+    "ltrr._lazy",
 }
 
 

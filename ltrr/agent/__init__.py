@@ -24,7 +24,7 @@ Importing this package loads neither torch, transformers nor pandas: names are i
 their submodules on first use.
 """
 
-import importlib
+from ltrr._lazy import lazy_getattr
 
 _EXPORTS = {
     "ContinuationLM": "ltrr.agent.backends",
@@ -67,11 +67,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    # lazy: the loop's backends import torch or httpx, and pool_search pandas, only when used
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ltrr.agent' has no attribute {name!r}")
+# lazy: the loop's backends import torch or httpx, and pool_search pandas, only when used
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

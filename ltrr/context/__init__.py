@@ -16,7 +16,7 @@ loop and its evaluation above them, and re-exports the packing names it always o
 modules `ltrr.context.pack`, `.select`, `.rag` and `.strategies` re-export them as well.
 """
 
-import importlib
+from ltrr._lazy import lazy_getattr
 
 _EXPORTS = {
     "ContextLoop": "ltrr.context.agents",
@@ -46,10 +46,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    # lazy: `ltrr --help` imports ltrr.cli.context and must not pay for pandas or numpy.
-    # `select` and `strategies` are not here: they share their submodules' names, which a lazy
-    # package attribute cannot tell apart (import them from ltrr.packing.select / .strategies)
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ltrr.context' has no attribute {name!r}")
+# lazy: `ltrr --help` imports ltrr.cli.context and must not pay for pandas or numpy.
+# `select` and `strategies` are not here: they share their submodules' names, which a lazy
+# package attribute cannot tell apart (import them from ltrr.packing.select / .strategies)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -19,7 +19,7 @@ loop (`ltrr.context`) import it from above.
   itself is `ltrr.context.ContextLoop`.
 """
 
-import importlib
+from ltrr._lazy import lazy_getattr
 
 _EXPORTS = {
     "KINDS": "ltrr.packing.items",
@@ -55,10 +55,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    # lazy: the config and `ltrr --help` must not pay for pandas or numpy. `select` and
-    # `strategies` are not here: they share their submodules' names, which a lazy package
-    # attribute cannot tell apart (import them from ltrr.packing.select / .strategies)
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ltrr.packing' has no attribute {name!r}")
+# lazy: the config and `ltrr --help` must not pay for pandas or numpy. `select` and
+# `strategies` are not here: they share their submodules' names, which a lazy package
+# attribute cannot tell apart (import them from ltrr.packing.select / .strategies)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -15,7 +15,7 @@ as a deterministic cost-aware argmax calibrated to the budget on held-out traini
 Torch is imported only when a policy is trained or loaded.
 """
 
-import importlib
+from ltrr._lazy import lazy_getattr
 
 _EXPORTS = {
     "BudgetPolicy": "ltrr.policy.estimator",
@@ -35,8 +35,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    # lazy: `ltrr --help` imports ltrr.cli.policy and must not pay for sklearn or torch
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ltrr.policy' has no attribute {name!r}")
+# lazy: `ltrr --help` imports ltrr.cli.policy and must not pay for sklearn or torch
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
