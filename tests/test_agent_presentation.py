@@ -90,6 +90,22 @@ def test_views_repeat_for_a_seed_and_vary_across_examples():
         assert a.arms == b.arms and b.renamed and not a.renamed
 
 
+def test_config_only_arms_are_drawn_among_the_shown_and_leave_the_other_draws_alone():
+    on = {**ON, "config_only_share": 0.25}
+    draws = [draw_view(NAMES, seed=7, key=(0, i), **on) for i in range(400)]
+    assert draws == [draw_view(NAMES, seed=7, key=(0, i), **on) for i in range(400)]
+    described = [v for v in draws if v.config_only]
+    assert 60 < len(described) < 140 and all(len(v.config_only) == 1 for v in described)
+    assert all(set(v.config_only) <= set(v.arms) for v in described)  # never a left-out arm
+    assert {v.config_only[0] for v in described} == set(NAMES)  # any arm may be the one
+    for v, w in zip(draws, [draw_view(NAMES, seed=7, key=(0, i), **ON) for i in range(400)], strict=True):
+        assert (v.arms, v.shown, v.left_out) == (w.arms, w.shown, w.left_out) and not w.config_only
+    every = [draw_view(NAMES, seed=7, key=(0, i), leave_out_share=1.0, config_only_share=1.0) for i in range(20)]
+    assert all(len(v.config_only) == 1 and v.config_only[0] in v.arms for v in every)
+    with pytest.raises(ConfigError, match="config_only must name shown arms once each"):
+        ArmView(("bm25",), left_out=("none",), config_only=("none",))
+
+
 def test_leave_out_never_empties_the_prompt():
     assert all(len(draw_view(NAMES, seed=1, key=(0, i), leave_out_share=1.0).left_out) == 1 for i in range(30))
     only = draw_view(["bm25"], seed=1, key=(0, 0), leave_out_share=1.0, rename_share=1.0)
@@ -100,6 +116,7 @@ def test_leave_out_never_empties_the_prompt():
     ({"rename_share": 1.5}, r"rename_share must be a number in \[0, 1\], got 1.5"),
     ({"leave_out_share": -0.1}, r"leave_out_share must be a number in \[0, 1\]"),
     ({"leave_out_share": True}, r"leave_out_share must be a number in \[0, 1\]"),
+    ({"config_only_share": 2}, r"config_only_share must be a number in \[0, 1\], got 2"),
     ({"shuffle_arms": 1}, "shuffle_arms must be true or false, got 1"),
     ({"key": (0, -1)}, "key must be non-negative integers"),
     ({"seed": "7"}, "seed must be an integer"),
@@ -129,12 +146,13 @@ def test_specs_read_and_check_the_view_settings(table):
     from ltrr.agent.sft import SFTSpec
 
     cls = SFTSpec if table == "sft" else GRPOSpec
-    spec = cls.from_mapping({"shuffle_arms": False, "rename_share": 1, "leave_out_share": 0})
-    assert (spec.shuffle_arms, spec.rename_share, spec.leave_out_share) == (False, 1.0, 0.0)
+    spec = cls.from_mapping({"shuffle_arms": False, "rename_share": 1, "leave_out_share": 0, "config_only_share": 1})
+    assert (spec.shuffle_arms, spec.rename_share, spec.leave_out_share, spec.config_only_share) == (False, 1.0, 0.0, 1.0)
     default = cls.from_mapping({})
     assert (default.shuffle_arms, default.rename_share, default.leave_out_share) == (True, 0.5, 0.25)
     for bad, match in (({"rename_share": 2}, r"rename_share must be a number in \[0, 1\], got 2"),
                        ({"leave_out_share": "some"}, r"leave_out_share must be a number in \[0, 1\]"),
+                       ({"config_only_share": -1}, r"config_only_share must be a number in \[0, 1\]"),
                        ({"shuffle_arms": "yes"}, "shuffle_arms must be true or false, got 'yes'")):
         with pytest.raises(ConfigError, match=rf"\[agent\] {table}\.{match}"):
             cls.from_mapping(bad)
@@ -176,6 +194,30 @@ def test_a_left_out_arm_is_not_shown_and_calling_it_is_rejected():
     assert t.prompt.index("- none:") < t.prompt.index("- bm25:")  # the view's order
     ok = _loop(_turns("bm25"), calls).with_view(view).rollout("q?")
     assert calls == ["bm25"] and ok.searches[0].valid
+
+
+def test_a_config_only_arm_gets_the_held_out_arms_line_and_is_still_called():
+    """The config-only arm's line is the one `make_loop` gives an arm held out of training (its
+    strengths dropped), under the shown name; the other arms keep theirs; calling it works."""
+    from ltrr.agent.prompt import describe_arm
+
+    view = ArmView(("none", "bm25+reg", "bm25", "dense+reg"), config_only=("bm25+reg",))
+    calls: list[str] = []
+    t = _loop(_turns("bm25+reg"), calls).with_view(view).rollout("Which river is longest?")
+    assert calls == ["bm25+reg"] and t.searches[0].valid and t.stop_reason == "answered"
+    lines = {line.split(":")[0][2:]: line for line in t.prompt.splitlines() if line.startswith("- ")}
+    held = AgentLoop(CharLM(_turns("bm25")[1:]), lambda *a: [], ARMS, strengths={"bm25": {"keyword": 0.6, "cloze": 0.4}}, k=1,
+                     max_turns=2).rollout("Which river is longest?")  # bm25+reg held out: strengths unknown
+    held_line = next(line for line in held.prompt.splitlines() if line.startswith("- bm25+reg:"))
+    assert lines["bm25+reg"] == held_line == describe_arm(ARMS[1]) == (
+        "- bm25+reg: lexical retrieval (keyword matching), reranked by reg; cost 1.2; no measured strengths.")
+    assert "strongest on keyword (0.60)" in lines["bm25"]
+    renamed = ArmView(("bm25+reg", "bm25", "none", "dense+reg"), ("arm-4", "arm-1", "arm-2", "arm-3"),
+                      config_only=("bm25+reg",))
+    r = _loop(_turns("arm-4"), calls).with_view(renamed).rollout("q?")
+    assert calls[-1] == "bm25+reg" and r.searches[0].valid
+    assert describe_arm(ARMS[1], name="arm-4") in r.prompt.splitlines()
+    assert "strongest on keyword (0.60)" in next(x for x in r.prompt.splitlines() if x.startswith("- arm-1:"))
 
 
 def test_the_plain_view_is_todays_prompt_and_a_foreign_view_is_refused():

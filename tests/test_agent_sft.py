@@ -202,19 +202,22 @@ def test_sft_scripts_call_the_best_shown_arm_by_its_shown_name(project):
     run = Run(load_config(str(cfg)))
     lm, labels, design = policy_lm(run, ""), labels_table(run), partition(run)[0]
 
-    def build(shuffle, rename, leave):
+    def build(shuffle, rename, leave, config_only=0):
         spec = SFTSpec.from_mapping({**run.config.agent["sft"], "max_examples": 24, "shuffle_arms": shuffle,
-                                     "rename_share": rename, "leave_out_share": leave})
+                                     "rename_share": rename, "leave_out_share": leave,
+                                     "config_only_share": config_only})
         return build_sft_trajectories(run, lm, labels, design, spec)
 
     real = ["bm25", "bm25-top1", "none"]
     plain = {t.qid: t for t in build(False, 0, 0)}
     assert all(t.arms == real and not t.shown_arms for t in plain.values())
-    every = build(True, 1, 1)
-    assert [t.ids for t in every] == [t.ids for t in build(True, 1, 1)]  # the seed repeats the views
+    every = build(True, 1, 1, 1)  # one shown arm of each example described by its config alone
+    assert [t.ids for t in every] == [t.ids for t in build(True, 1, 1, 1)]  # the seed repeats the views
     assert len({tuple(t.shown_arms[s] for s in t.arms) for t in every}) > 1  # the order varies
-    compared = 0
+    compared = called_plain = 0
     for t in every:
+        (plain_line,) = [x for x in t.prompt.splitlines() if x.startswith("- arm-") and "no measured strengths" in x]
+        called_plain += f"<search>{plain_line[2:].split(':')[0]}: " in t.text
         assert format_reward(t.text, t.arms)[0] == 0 and t.stop_reason == "answered"
         named = [n for n in real if re.search(rf"(?<![\w+-]){re.escape(n)}(?![\w+-])", t.prompt + t.text)]
         assert not named, (named, t.prompt + t.text)
@@ -231,6 +234,7 @@ def test_sft_scripts_call_the_best_shown_arm_by_its_shown_name(project):
                 compared += 1
                 assert [s.arm for s in t.searches] != before and (t.searches or len(before) == 1)
     assert compared > 0 and any(len(t.searches) == 2 for t in every)  # two-hop scripts too
+    assert called_plain > 0  # a script calls the arm described by its config alone where it is best
 
 
 @pytest.mark.slow

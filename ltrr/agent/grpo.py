@@ -76,9 +76,10 @@ class GRPOSpec:
         Sampling temperature of the rollouts (and of TRL's log-probabilities).
     epsilon : float
         The surrogate's clipping range.
-    shuffle_arms, rename_share, leave_out_share
+    shuffle_arms, rename_share, leave_out_share, config_only_share
         How each question's prompt shows the arms at each step (`ltrr.agent.presentation`: a
-        shuffled order, neutral ids on a share of the questions, one arm left out on a share);
+        shuffled order, neutral ids on a share of the questions, one arm left out on a share,
+        one arm described by its configuration alone on a share);
         as in `ltrr.agent.sft.SFTSpec`, with its defaults, which await the same design-part
         choice.
     max_turns_single, max_turns_multihop : int
@@ -105,7 +106,8 @@ class GRPOSpec:
     shuffle_arms: bool = True
     rename_share: float = 0.5
     leave_out_share: float = 0.25
-    _SHARES = ("rename_share", "leave_out_share")  # in [0, 1] (ltrr.agent.sft.spec_from_mapping)
+    config_only_share: float = 0.25
+    _SHARES = ("rename_share", "leave_out_share", "config_only_share")  # in [0, 1] (sft.spec_from_mapping)
     max_turns_single: int = 2
     max_turns_multihop: int = 3
     k: int = 1

@@ -234,7 +234,8 @@ class AgentLoop:
         the arms as ``view`` does (an `ltrr.agent.presentation.ArmView` over this loop's arms;
         None: plainly). Its trajectories record the shown names in ``arms`` and the pool arm
         behind each renamed one in ``shown_arms``; a valid search records the pool arm. The
-        copy counts its own cache hits and misses."""
+        view's ``config_only`` arms are described without their measured strengths. The copy
+        counts its own cache hits and misses."""
         import copy
 
         from ltrr.agent.presentation import ArmView
@@ -376,7 +377,7 @@ class AgentLoop:
         by_name = dict(zip(self.arm_names, self.arms, strict=True))
         arms = [by_name[a] for a in self.view.arms]
         strengths = None if self.strengths is None else \
-            {a: v for a, v in self.strengths.items() if a in self.view.arms}
+            {a: v for a, v in self.strengths.items() if a in self.view.arms and a not in self.view.config_only}
         return arms, strengths, self.view.names
 
     def _continue(self, state: _State, params: DecodingParams) -> Continuation:

@@ -10,7 +10,12 @@ Training therefore shows each example the arms its own way, an `ArmView`:
 - on a share of the examples (``rename_share``) every arm gets a neutral id (``arm-3``), so
   only its descriptor line says what it is;
 - on a share of the examples (``leave_out_share``) one arm, drawn at random, is left out of the
-  prompt; a call to it is then rejected as a call to an unknown arm.
+  prompt; a call to it is then rejected as a call to an unknown arm;
+- on a share of the examples (``config_only_share``) one shown arm, drawn at random, is described
+  by its configuration alone (family, reranker, cost; ``no measured strengths``), exactly as an
+  arm held out of training is described at evaluation (`ltrr.agent.run.make_loop`), so the
+  policy has seen that line, and an arm so described called where it is the best one, before
+  it meets an unseen arm.
 
 The SFT scripts then call the label-best *shown* arm by its shown name (`ltrr.agent.sft`), and
 GRPO shows each question of each step its own view (`ltrr.agent.rl.make_rollouts`). The loop
@@ -56,7 +61,7 @@ __all__ = ["ArmView", "NEUTRAL_NAME", "VIEW_FIELDS", "draw_view", "view_settings
 #: A neutral id: what a renamed arm is called. No real arm may be named so when renaming is on.
 NEUTRAL_NAME = re.compile(r"arm-\d+")
 #: The settings of `draw_view`, fields of `ltrr.agent.sft.SFTSpec` and `ltrr.agent.grpo.GRPOSpec`.
-VIEW_FIELDS = ("shuffle_arms", "rename_share", "leave_out_share")
+VIEW_FIELDS = ("shuffle_arms", "rename_share", "leave_out_share", "config_only_share")
 _STREAM = 28  # keeps the views' random stream apart from the run's other seeded draws
 
 
@@ -72,6 +77,9 @@ class ArmView:
         The name each of ``arms`` is shown under (the same length); empty means the real names.
     left_out : tuple of str
         Pool arms of the loop that this example does not show.
+    config_only : tuple of str
+        Shown arms (of ``arms``) described by their configuration alone: the prompt leaves out
+        their measured strengths, as it does for an arm held out of training.
 
     Examples
     --------
@@ -83,9 +91,10 @@ class ArmView:
     arms: tuple[str, ...]
     shown: tuple[str, ...] = ()
     left_out: tuple[str, ...] = ()
+    config_only: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("arms", "shown", "left_out"):
+        for name in ("arms", "shown", "left_out", "config_only"):
             value = getattr(self, name)
             if isinstance(value, str) or not all(isinstance(a, str) and a for a in value):
                 raise ConfigError(f"ArmView.{name} must be a sequence of non-empty names, got {value!r}")
@@ -97,6 +106,10 @@ class ArmView:
         everyone = self.arms + self.left_out
         if len(set(everyone)) != len(everyone) or len(set(self.shown_names)) != len(self.arms):
             raise ConfigError(f"an ArmView's arms and names must be unique, got {self!r}")
+        stray = sorted(set(self.config_only) - set(self.arms))
+        if stray or len(set(self.config_only)) != len(self.config_only):
+            raise ConfigError(f"ArmView.config_only must name shown arms once each, got {list(self.config_only)} "
+                              f"(shown: {list(self.arms)})")
 
     @classmethod
     def plain(cls, arms: Iterable[str]) -> ArmView:
@@ -140,16 +153,17 @@ def view_settings(spec: Any) -> dict[str, Any]:
     return {name: getattr(spec, name) for name in VIEW_FIELDS}
 
 
-def _check(shuffle_arms: Any, rename_share: Any, leave_out_share: Any, where: str) -> None:
+def _check(shuffle_arms: Any, shares: dict[str, Any], where: str) -> None:
     if not isinstance(shuffle_arms, bool):
         raise ConfigError(f"{where}.shuffle_arms must be true or false, got {shuffle_arms!r}")
-    for name, v in (("rename_share", rename_share), ("leave_out_share", leave_out_share)):
+    for name, v in shares.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
             raise ConfigError(f"{where}.{name} must be a number in [0, 1], got {v!r}")
 
 
 def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arms: bool = False,
-              rename_share: float = 0.0, leave_out_share: float = 0.0) -> ArmView:
+              rename_share: float = 0.0, leave_out_share: float = 0.0,
+              config_only_share: float = 0.0) -> ArmView:
     """The `ArmView` of one example, drawn from ``seed`` and ``key`` (see the module).
 
     Parameters
@@ -169,10 +183,14 @@ def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arm
     leave_out_share : float
         Probability that the example leaves one arm, drawn uniformly, out of the prompt (never
         the only arm).
+    config_only_share : float
+        Probability that the example describes one shown arm, drawn uniformly, by its
+        configuration alone (`ArmView.config_only`).
 
     With every setting off (the defaults) the view is `ArmView.plain`.
     """
-    _check(shuffle_arms, rename_share, leave_out_share, "arm view")
+    _check(shuffle_arms, {"rename_share": rename_share, "leave_out_share": leave_out_share,
+                          "config_only_share": config_only_share}, "arm view")
     arms = list(arms)
     if not arms or len(set(arms)) != len(arms):
         raise ConfigError(f"draw_view needs unique arm names, got {arms!r}")
@@ -188,7 +206,11 @@ def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arm
     out_at = int(rng.integers(n))
     order = rng.permutation(n) if shuffle_arms else np.arange(n)
     ids = rng.permutation(n) + 1
+    plain = bool(rng.random() < config_only_share)  # drawn after the others: they stay as they were
+    pick = float(rng.random())
     kept = [int(i) for i in order if not (leave and i == out_at)]
+    # the config-only arm is drawn among the shown arms in pool order, so the order does not move it
+    described = (arms[sorted(kept)[int(pick * len(kept))]],) if plain else ()
     if rename:
         clash = [a for a in arms if NEUTRAL_NAME.fullmatch(a)]
         if clash:
@@ -196,4 +218,4 @@ def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arm
                               "rename them in the pool or set rename_share = 0")
     return ArmView(arms=tuple(arms[i] for i in kept),
                    shown=tuple(f"arm-{ids[i]}" for i in kept) if rename else (),
-                   left_out=(arms[out_at],) if leave else ())
+                   left_out=(arms[out_at],) if leave else (), config_only=described)

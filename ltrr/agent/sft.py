@@ -22,7 +22,9 @@ from supervised trajectories of design-part questions (never a test group):
 
 Each example shows the arms its own way (`ltrr.agent.presentation.ArmView`, drawn from the
 run's seed and the example's place among the design qids): a shuffled order, on a share of the
-examples neutral ids (``arm-3``) for every arm, on a share one arm left out. The script calls
+examples neutral ids (``arm-3``) for every arm, on a share one arm left out, on a share one shown
+arm described by its configuration alone (as an arm held out of training is at evaluation; its
+script is unchanged, so it is still called where it is the best arm). The script calls
 its arm by the name the prompt shows, so the policy must find the arm by its descriptor line;
 when an example leaves out the arm the rules above pick, the same rules pick among the arms it
 shows (a multihop question whose hop no shown arm finds at rank 1 is dropped).
@@ -107,6 +109,10 @@ class SFTSpec:
     leave_out_share : float
         Share of the examples that leave one random arm out of the prompt (their script calls
         the best arm shown, by the same rules).
+    config_only_share : float
+        Share of the examples that describe one random shown arm by its configuration alone,
+        with the line an arm held out of training gets at evaluation (``no measured
+        strengths``); their script still calls it where the labels make it the best arm.
 
         These three (`ltrr.agent.presentation`) make the policy read the arms' descriptors
         rather than learn their names. Their defaults (true, 0.5, 0.25) turn the presentation
@@ -137,6 +143,7 @@ class SFTSpec:
     shuffle_arms: bool = True
     rename_share: float = 0.5
     leave_out_share: float = 0.25
+    config_only_share: float = 0.25
     batch_size: int = 1
     grad_accum: int = 8
     max_length: int = 768
@@ -150,7 +157,7 @@ class SFTSpec:
     lora_targets: str = "all-linear"
 
     _TIES = ("search", "closed_book")
-    _SHARES = ("rename_share", "leave_out_share")
+    _SHARES = ("rename_share", "leave_out_share", "config_only_share")
 
     @classmethod
     def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
