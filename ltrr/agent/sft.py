@@ -52,7 +52,7 @@ import pandas as pd
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.backends import Continuation, ContinuationLM
 
-__all__ = ["SFTSpec", "ScriptedLM", "script_for", "build_sft_trajectories", "train_sft"]
+__all__ = ["SFTSpec", "ScriptedLM", "script_for", "script_plans", "build_sft_trajectories", "train_sft"]
 
 _BRIDGE = re.compile(r'^(?P<hop2>.*?) \(The blank is the name missing from: "(?P<bridge>.*)"\)$')
 
@@ -347,22 +347,31 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, views=No
     return plans
 
 
+def script_plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, arms: list[str]) -> list[tuple]:
+    """(qid, `ltrr.agent.presentation.ArmView`, plan) of each scripted design question, in qid
+    order, without playing the scripts: ``arms`` are the loop's (the pool's less ``[agent]
+    holdout_arms``), the design qid at place ``i`` (sorted) shows them as `draw_view` with key
+    ``(0, i)`` and ``spec``'s view settings draws, and a plan is a list of ``(pool arm, sub-query,
+    thought)`` searches (see the module docstring). What `build_sft_trajectories` plays."""
+    from ltrr.agent.presentation import draw_view, view_settings
+
+    views = {qid: draw_view(arms, seed=run.config.seed, key=(0, i), **view_settings(spec))
+             for i, qid in enumerate(sorted(set(map(str, design))))}
+    return [(qid, views[qid], plan) for qid, plan in sorted(_plans(run, labels, design, spec, views))]
+
+
 def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spec: SFTSpec):
     """Scripted trajectories of design questions (see the module docstring), in qid order; the
     design qid at place ``i`` (sorted) shows the arms as `ltrr.agent.presentation.draw_view`
-    with key ``(0, i)`` and ``spec``'s view settings draws."""
-    from ltrr.agent.presentation import draw_view, view_settings
+    with key ``(0, i)`` and ``spec``'s view settings draws (`script_plans`)."""
     from ltrr.agent.run import gold_answers, make_loop
 
     gold = gold_answers(run)
     questions = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
     scripted = ScriptedLM(lm, [])
     loop = make_loop(run, scripted, labels, design=design, use_cache=False)  # holdout arms left out
-    views = {qid: draw_view(loop.arm_names, seed=run.config.seed, key=(0, i), **view_settings(spec))
-             for i, qid in enumerate(sorted(set(map(str, design))))}
     trajs = []
-    for qid, plan in sorted(_plans(run, labels, design, spec, views)):
-        view = views[qid]
+    for qid, view, plan in script_plans(run, labels, design, spec, loop.arm_names):
         scripted.turns = script_for(gold[qid][0], [(view.shown_name(arm), query, why) for arm, query, why in plan])
         t = loop.with_view(view).rollout(str(questions.loc[qid]), qid=qid)
         if t.stop_reason != "answered":
