@@ -80,8 +80,8 @@ class GRPOSpec:
         How each question's prompt shows the arms at each step (`ltrr.agent.presentation`: a
         shuffled order, neutral ids on a share of the questions, one arm left out on a share,
         one arm described by its configuration alone on a share);
-        as in `ltrr.agent.sft.SFTSpec`, with its defaults, which await the same design-part
-        choice.
+        as in `ltrr.agent.sft.SFTSpec`, with its defaults (chosen on SFT scripts, so that RL
+        sees the arms as SFT did; not measured on GRPO rollouts).
     max_turns_single, max_turns_multihop : int
         Searches before the final answer turn, for single-hop and ``multihop`` questions.
     k, max_obs_tokens, max_new_tokens : int
@@ -104,9 +104,9 @@ class GRPOSpec:
     temperature: float = 1.0
     epsilon: float = 0.2
     shuffle_arms: bool = True
-    rename_share: float = 0.5
+    rename_share: float = 0.25
     leave_out_share: float = 0.25
-    config_only_share: float = 0.25
+    config_only_share: float = 0.75
     _SHARES = ("rename_share", "leave_out_share", "config_only_share")  # in [0, 1] (sft.spec_from_mapping)
     max_turns_single: int = 2
     max_turns_multihop: int = 3
