@@ -2,8 +2,11 @@
 
 1. a seeded sample of the design part (`ltrr.eval.protocol.design_sample`, 150 queries), so
    the power analysis can be made on design labels before the rest is labelled;
-2. the rest of the design part;
-3. the test part (and its replicate).
+2. for a dataset grown in rounds (``build_round``), the same seeded sample of each later
+   round's design queries (step ``grown``), so the power analysis can be re-checked on the
+   grown type mix before the test part is labelled;
+3. the rest of the design part;
+4. the test part (and its replicate).
 
 Each step goes through ``Run.stage_label(only=...)``: cache only, every item cached as it is
 made, so a stopped run resumes where it stopped (on a new machine after
@@ -30,7 +33,7 @@ def main() -> None:
     ap.add_argument("config")
     ap.add_argument("--shard", default="0/1")
     ap.add_argument("--sample", type=int, default=150)
-    ap.add_argument("--steps", default="sample,design,test")
+    ap.add_argument("--steps", default="sample,grown,design,test")
     ap.add_argument("--chunk", type=int, default=8, help="queries per stage_label call")
     a = ap.parse_args()
     configure()
@@ -44,8 +47,14 @@ def main() -> None:
     pcfg = cfg.protocol
     part = design_test_partition(queries, design_size=pcfg["design_size"], random_state=cfg.seed)
     sample = design_sample(queries, part, n=a.sample, random_state=cfg.seed)
+    grown: list[str] = []
+    if "build_round" in queries.columns:
+        for r in sorted(queries["build_round"].unique())[1:]:  # later rounds: design_sample of that round
+            grown += design_sample(queries[queries["build_round"] == r], part, n=a.sample, random_state=cfg.seed)
+    first = set(sample) | set(grown)
     order = {"sample": sample,
-             "design": [q for q in queries["qid"].astype(str) if q in set(part.train) and q not in set(sample)],
+             "grown": grown,
+             "design": [q for q in queries["qid"].astype(str) if q in set(part.train) and q not in first],
              "test": [q for q in queries["qid"].astype(str) if q in set(part.test)]}
     gen = run.make_generator()
     for step in a.steps.split(","):
