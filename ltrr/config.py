@@ -66,6 +66,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     },
     # context packing (ltrr.packing.PackSpec) and the multi-agent loop
     "context": {
+        # `ltrr run` also runs the multi-agent loop's stage (`ltrr context run`: every strategy on
+        # the protocol's test part, at these settings); off unless asked, the loop is long
+        "enabled": ((bool,), False),
         "top_m": ((int,), 2),  # arms whose passages are candidates, in routed order
         "depth": ((int,), 5),  # passages read per arm
         "selector": ((str,), "knapsack"),  # greedy, greedy-skip, greedy-density, knapsack, knapsack-marginal
@@ -81,6 +84,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     },
     # the multi-round router (ltrr.agent; `ltrr agent sft|eval`)
     "agent": {
+        # `ltrr run` also runs the agent stage: SFT (unless `policy` names one; skipped when its
+        # folder holds the policy of these settings), then `ltrr agent eval`; off unless asked
+        "enabled": ((bool,), False),
         "k": ((int,), 1),  # passages per search
         "max_turns": ((int,), 3),  # searches before the answer-only turn
         "max_obs_tokens": ((int,), 150),  # tokens of passages per <information>

@@ -327,6 +327,28 @@ def _config(root: Path, ds: Path, name: str) -> Path:
     return cfg
 
 
+def test_ltrr_run_runs_the_context_stage_only_when_enabled(project, capsys):
+    """`[context] enabled = true` adds the multi-agent loop's stage to `ltrr run` (after train,
+    before the headline); without it `ltrr run` runs no loop. The agent stage is registered
+    the same way and stays off by default."""
+    from ltrr.cli import main
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import RUN_ORDER, stages
+
+    root, ds = project
+    cfg = _config(root, ds, "st")
+    run = Run(load_config(str(cfg)))
+    assert not stages.get("context").is_configured(run) and not stages.get("agent").is_configured(run)
+    assert RUN_ORDER.index("train") < RUN_ORDER.index("context") < RUN_ORDER.index("headline")
+    cfg.write_text(cfg.read_text().replace("[context]\n", "[context]\nenabled = true\n"))
+    assert main(["run", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "Multi-agent context loop" in out and "rcr-iterative" in out
+    assert out.index("Multi-agent context loop") < out.index("Headline")
+    assert (root / "st" / "context" / "agents.csv").is_file()
+
+
 def test_context_run_cli_end_to_end(project, capsys):
     from ltrr.cli import main
 

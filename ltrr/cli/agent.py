@@ -61,22 +61,10 @@ def _run(args: argparse.Namespace, log):
 
 def _sft(args: argparse.Namespace, log, out) -> int:
     from ltrr._log import progress_enabled
-    from ltrr.agent.run import agent_dir, labels_table, partition, policy_lm
-    from ltrr.agent.sft import SFTSpec, build_sft_trajectories, train_sft
-    from ltrr.agent.trajectory import save_trajectories
+    from ltrr.agent.stage import sft_policy
 
     run = _run(args, log)
-    spec = SFTSpec.from_mapping(run.config.agent["sft"])
-    labels = labels_table(run)
-    design, _ = partition(run)
-    lm = policy_lm(run, "")
-    trajs = build_sft_trajectories(run, lm, labels, design, spec)
-    folder = Path(args.out or agent_dir(run) / "policies" / "sft")
-    data = save_trajectories(trajs, agent_dir(run) / "sft_data" / f"{folder.name}.jsonl")  # one file per policy
-    n_search = sum(1 for t in trajs if t.searches)
-    log(f"[agent sft] {len(trajs)} scripted design trajectories ({n_search} search, "
-        f"{sum(len(t.searches) == 2 for t in trajs)} two-hop) -> {data}")
-    rec = train_sft(trajs, lm, folder, spec, seed=run.config.seed, log=log, show_progress=progress_enabled())
+    folder, rec = sft_policy(run, args.out, log=log, show_progress=progress_enabled())
     last = rec["loss"][-1]["loss"] if rec["loss"] else float("nan")
     out(f"policy: {folder} ({rec['examples']} examples, {rec['steps']} steps, {rec['seconds_this_leg']}s, "
         f"final loss {last:.4f})")

@@ -23,7 +23,8 @@ __all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "protoc
 stages: Registry = Registry("stage")
 
 # the order `ltrr run` runs them in
-RUN_ORDER = ("data", "index", "retrieve", "label", "features", "eval", "train", "policy", "headline")
+RUN_ORDER = ("data", "index", "retrieve", "label", "features", "eval", "train", "policy", "context", "agent",
+             "headline")
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,36 @@ def _policy_outputs(run: Run) -> list[Path]:
     return [eval_dir(run, run.config.policy) / "eval.json"]
 
 
+def _stage_context(run: Run, options: StageOptions) -> dict:
+    from ltrr.context.agents_eval import run_context_agents
+
+    return run_context_agents(run)
+
+
+def _context_report(run: Run, done: dict) -> str:
+    doc = done["context"]
+    return (f"\nMulti-agent context loop ({doc['source']}; router {doc['router']}; utility = {doc['metric']}):\n"
+            + doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}") + f"\ntables: {doc['out']}")
+
+
+def _stage_agent(run: Run, options: StageOptions) -> dict:
+    from ltrr._log import progress_enabled
+    from ltrr.agent.evaluate import evaluate_agent
+    from ltrr.agent.stage import sft_policy
+
+    policy = run.config.agent["policy"]
+    if not policy:
+        policy, _ = sft_policy(run, force=options.force, log=run.log, show_progress=progress_enabled())
+    return evaluate_agent(run, policy=str(policy), show_progress=progress_enabled())
+
+
+def _agent_report(run: Run, done: dict) -> str:
+    from ltrr.agent.evaluate import eval_markdown
+
+    doc = done["agent"]
+    return f"\nMulti-round router (its policy against the baselines, test part):\n{eval_markdown(doc)}\nreport: {doc['folder']}/eval.md"
+
+
 # ---- the stages, in run order --------------------------------------------------------------------
 _register(Stage("data", "data build", lambda run, o: run.stage_data(force=False), lambda run: [run.dataset_path]))
 _register(Stage("index", "index", lambda run, o: run.stage_index(), lambda run: [run.index_dir]))
@@ -243,6 +274,15 @@ _register(Stage("train", "train", lambda run, o: run.stage_train(force=o.force),
                 inputs=lambda run: run.train_fingerprint(), record=lambda run: f"train-{run.config.train['ranker']}"))
 _register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report=_policy_report,
                 configured=_policy_enabled, inputs=_policy_fingerprint))
+_register(Stage("context", "context run", _stage_context, lambda run: [run.workdir / "context" / "agents.csv"],
+                report=_context_report, configured=lambda run: bool(run.config.context["enabled"])))
+def _agent_outputs(run: Run) -> list[Path]:
+    policy = run.config.agent["policy"]
+    return [run.workdir / "agent" / f"eval-{Path(policy).name if policy else 'sft'}" / "eval.json"]
+
+
+_register(Stage("agent", "agent sft + agent eval", _stage_agent, _agent_outputs, report=_agent_report,
+                configured=lambda run: bool(run.config.agent["enabled"])))
 _register(Stage("headline", "protocol",
                 lambda run, o: protocol_docs(run, [run.config.seed], force=o.force)[0],
                 lambda run: [run.workdir / "protocol" / f"seed-{run.config.seed}" / "headline.json"],

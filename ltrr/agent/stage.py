@@ -1,0 +1,64 @@
+"""The multi-round router as a stage of a run: its SFT policy, then its evaluation.
+
+`ltrr agent sft` and the agent stage of `ltrr run` (``[agent] enabled = true``) train the policy
+through `sft_policy`; the stage keeps a finished policy of the same settings and seed instead of
+training it again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ltrr.agent.run import agent_dir, labels_table, partition, policy_lm
+from ltrr.agent.sft import SFTSpec, build_sft_trajectories, train_sft
+from ltrr.agent.trajectory import save_trajectories
+
+__all__ = ["sft_policy"]
+
+
+def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=print,
+               show_progress: bool = False) -> tuple[Path, dict]:
+    """Script the design-part trajectories and fine-tune the policy on them (`ltrr agent sft`).
+
+    Parameters
+    ----------
+    run : ltrr.pipeline.Run
+        The run; its ``[agent] sft`` table gives the settings, its seed the training seed.
+    out : path, optional
+        The policy folder (default ``<workdir>/agent/policies/sft``).
+    force : bool, default=True
+        Train even when ``out`` holds a finished policy of the same settings and seed
+        (``sft.json``); with False such a policy is kept and training skipped, as the agent stage
+        of `ltrr run` does.
+    log : callable
+        Progress lines.
+    show_progress : bool
+        Show the trainer's progress bar.
+
+    Returns
+    -------
+    (Path, dict)
+        The policy folder and its training record (``sft.json``).
+    """
+    import json
+    from dataclasses import asdict
+
+
+    spec = SFTSpec.from_mapping(run.config.agent["sft"])
+    folder = Path(out or agent_dir(run) / "policies" / "sft")
+    done = folder / "sft.json"
+    if not force and done.is_file():
+        record = json.loads(done.read_text())
+        if record.get("spec") == json.loads(json.dumps(asdict(spec))) and record.get("seed") == run.config.seed:
+            log(f"[agent sft] skipped: {folder} holds the SFT policy of these settings and seed")
+            return folder, record
+    labels = labels_table(run)
+    design, _ = partition(run)
+    lm = policy_lm(run, "")
+    trajs = build_sft_trajectories(run, lm, labels, design, spec)
+    data = save_trajectories(trajs, agent_dir(run) / "sft_data" / f"{folder.name}.jsonl")  # one file per policy
+    n_search = sum(1 for t in trajs if t.searches)
+    log(f"[agent sft] {len(trajs)} scripted design trajectories ({n_search} search, "
+        f"{sum(len(t.searches) == 2 for t in trajs)} two-hop) -> {data}")
+    record = train_sft(trajs, lm, folder, spec, seed=run.config.seed, log=log, show_progress=show_progress)
+    return folder, record

@@ -1,0 +1,50 @@
+"""The agent stage's SFT step (`ltrr.agent.stage.sft_policy`): a finished policy of the same
+settings and seed is kept when the stage does not force; other settings, another seed or
+``force`` train again."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from types import SimpleNamespace
+
+import pytest
+
+from ltrr.agent import stage
+from ltrr.agent.sft import SFTSpec
+
+
+class Trained(Exception):
+    pass
+
+
+def _run(tmp_path, seed=7, sft=None):
+    return SimpleNamespace(config=SimpleNamespace(agent={"sft": sft or {}}, seed=seed), workdir=tmp_path)
+
+
+@pytest.fixture
+def finished(tmp_path, monkeypatch):
+    folder = tmp_path / "agent" / "policies" / "sft"
+    folder.mkdir(parents=True)
+    record = {"spec": json.loads(json.dumps(asdict(SFTSpec.from_mapping({})))), "seed": 7, "loss": []}
+    (folder / "sft.json").write_text(json.dumps(record))
+
+    def train(*a, **k):  # anything past the check would train
+        raise Trained
+
+    monkeypatch.setattr(stage, "labels_table", train)
+    return folder, record
+
+
+def test_a_finished_policy_of_the_same_settings_is_kept(tmp_path, finished):
+    folder, record = finished
+    lines = []
+    got, rec = stage.sft_policy(_run(tmp_path), force=False, log=lines.append)
+    assert got == folder and rec == record and "skipped" in lines[0]
+
+
+@pytest.mark.parametrize("change", [{"seed": 8}, {"sft": {"epochs": 2.0}}, {"force": True}])
+def test_other_settings_another_seed_or_force_train_again(tmp_path, finished, change):
+    force = change.pop("force", False)
+    with pytest.raises(Trained):
+        stage.sft_policy(_run(tmp_path, **change), force=force, log=lambda m: None)
