@@ -14,7 +14,8 @@ import pytest
 
 from ltrr.cli import main
 
-pytestmark = pytest.mark.slow
+# the built demo and its indexes live in the shared data root: one xdist worker builds them
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("data-root")]
 
 DEFAULT_ARMS = ["bm25", "bm25+reg", "bm25+stoch", "dense", "dense+reg", "dense+stoch", "none"]
 

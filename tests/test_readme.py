@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# the built demo and its indexes live in the shared data root: one xdist worker builds them
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("data-root")]
 
 ROOT = Path(__file__).resolve().parent.parent
 # resolved at import, before any test changes the working folder or the environment
