@@ -18,3 +18,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny Llama built from a config and saved (`_tiny_llm.save_tiny_llm`, seed 0), one per
+    module; a module may define its own ``tiny`` instead."""
+    from _tiny_llm import save_tiny_llm
+
+    folder = tmp_path_factory.mktemp("tiny-llm")
+    save_tiny_llm(folder, seed=0)
+    return folder

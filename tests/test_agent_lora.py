@@ -31,15 +31,6 @@ def test_adapter_settings_read_and_refuse():
                 cls.from_mapping(bad)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from _tiny_llm import save_tiny_llm
-
-    folder = tmp_path_factory.mktemp("tiny-lora")
-    save_tiny_llm(folder, seed=0)
-    return folder
-
-
 def _logits(model, ids):
     import torch
 

@@ -10,15 +10,6 @@ from ltrr._errors import ConfigError, DataError
 from ltrr.generation.base import Generation, Generator
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from _tiny_llm import save_tiny_llm
-
-    folder = tmp_path_factory.mktemp("tiny-lik")
-    save_tiny_llm(folder, seed=0)
-    return folder
-
-
 def test_score_matches_a_manual_forward_pass(tiny):
     import torch
 

@@ -9,15 +9,6 @@ from ltrr._errors import ConfigError
 from ltrr.policy.states import question_states
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from _tiny_llm import save_tiny_llm
-
-    folder = tmp_path_factory.mktemp("tiny-states")
-    save_tiny_llm(folder, seed=0)
-    return folder
-
-
 def test_states_match_a_manual_forward_pass_and_are_cached(tiny, tmp_path):
     import torch
 
