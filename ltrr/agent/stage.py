@@ -7,6 +7,8 @@ training it again.
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 from ltrr.agent.run import agent_dir, labels_table, partition, policy_lm
@@ -40,10 +42,6 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
     (Path, dict)
         The policy folder and its training record (``sft.json``).
     """
-    import json
-    from dataclasses import asdict
-
-
     spec = SFTSpec.from_mapping(run.config.agent["sft"])
     folder = Path(out or agent_dir(run) / "policies" / "sft")
     done = folder / "sft.json"

@@ -91,7 +91,7 @@ def _pack(args: argparse.Namespace, log, out) -> int:
 
 def _run(args: argparse.Namespace, log, out) -> int:
     from ltrr.config import load_config
-    from ltrr.context.agents_eval import run_context_agents
+    from ltrr.context.agents_eval import agents_text, run_context_agents
     from ltrr.pipeline import Run
 
     names = None
@@ -102,7 +102,5 @@ def _run(args: argparse.Namespace, log, out) -> int:
     run = Run(load_config(args.config), log=log)
     doc = run_context_agents(run, strategy_names=names, n_questions=args.questions, rounds=args.rounds,
                              budget=args.token_budget, qtype=args.qtype, part=args.part)
-    out(f"questions: {doc['source']}; router {doc['router']}; utility = {doc['metric']}")
-    out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    out(f"\ntables: {doc['out']}")
+    out(agents_text(doc))
     return 0

@@ -48,7 +48,7 @@ from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.context.agents import ContextLoop
 from ltrr.packing.strategies import AGENTS, MAX_ROUNDS, LoopSpec, strategies
 
-__all__ = ["CLOSED_BOOK", "MARGIN", "agent_questions", "compare_strategies", "run_context_agents", "score_answers",
+__all__ = ["CLOSED_BOOK", "MARGIN", "agent_questions", "agents_text", "compare_strategies", "run_context_agents", "score_answers",
            "summarise"]
 
 CLOSED_BOOK = "closed-book"
@@ -236,6 +236,13 @@ def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | N
     if q.empty:
         raise DataError(f"no question with gold answers in {source}")
     return q, source
+
+
+def agents_text(doc: dict) -> str:
+    """What `ltrr context run` prints of a `run_context_agents` result: its questions, router and
+    utility, the strategies' table and where the tables are."""
+    return (f"questions: {doc['source']}; router {doc['router']}; utility = {doc['metric']}\n"
+            + doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}") + f"\n\ntables: {doc['out']}")
 
 
 def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_questions: int = 60,

@@ -235,9 +235,9 @@ def _stage_context(run: Run, options: StageOptions) -> dict:
 
 
 def _context_report(run: Run, done: dict) -> str:
-    doc = done["context"]
-    return (f"\nMulti-agent context loop ({doc['source']}; router {doc['router']}; utility = {doc['metric']}):\n"
-            + doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}") + f"\ntables: {doc['out']}")
+    from ltrr.context.agents_eval import agents_text
+
+    return "\nMulti-agent context loop:\n" + agents_text(done["context"])
 
 
 def _stage_agent(run: Run, options: StageOptions) -> dict:
