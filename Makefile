@@ -38,10 +38,10 @@ demo: env
 	$(BIN)/ltrr run demo
 
 test: env
-	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n auto --dist loadgroup
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 unit: env
-	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow"
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 bench: env
 	$(BIN)/python benchmarks/retrieval.py

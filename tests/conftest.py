@@ -1,23 +1,20 @@
 """Settings every test module shares.
 
-`make test` runs the suite on every core with pytest-xdist (``-n auto --dist loadgroup``). Each
+`make test` runs the suite on every core with pytest-xdist (``-n auto --dist loadfile``). Each
 module's tests stay on one worker, in their order: a module's fixtures, and some of its tests,
-build on what an earlier test of the module made. Modules that share on-disk state outside
-``tmp_path`` (the built demo and its indexes in the data root) name one group,
-``xdist_group("data-root")``, and so share a worker. Without xdist the marks do nothing.
+build on what an earlier test of the module made. (``--dist loadgroup`` with our own per-module
+groups did this until pytest 9.2: xdist 3.8 marks a group by rewriting ``item._nodeid``, which
+pytest 9.2 no longer reads, so the groups silently fell apart and order-dependent tests failed
+on whichever worker ran them first.)
+
+Modules that build on-disk state outside ``tmp_path`` (the demo and its indexes in the shared
+data root) build it under `_data_root.data_root_lock`, so two workers never build or replace it at once;
+once built it is only read.
 """
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    # before xdist's own hook, which turns the group into the node id's @suffix
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import os
 import pandas as pd
 import pytest
 
+from _data_root import data_root_lock
 from ltrr.cli import main
 
-# the built demo and its indexes live in the shared data root: one xdist worker builds them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("data-root")]
+pytestmark = pytest.mark.slow
 
 DEFAULT_ARMS = ["bm25", "bm25+reg", "bm25+stoch", "dense", "dense+reg", "dense+stoch", "none"]
 
@@ -26,8 +26,10 @@ def demo_run():
     from ltrr.pipeline import Run
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    assert main(["data", "build", "demo", "--no-datasheet"]) == 0
-    assert main(["index", "demo"]) == 0
+    # the demo and its indexes live in the shared data root: built under its lock, then only read
+    with data_root_lock():
+        assert main(["data", "build", "demo", "--no-datasheet"]) == 0
+        assert main(["index", "demo"]) == 0
     run = Run(load_config("demo"), log=lambda m: None)
     pool = run.pool.load(run.index_dir)
     from ltrr.data.io import load_dataset

@@ -76,7 +76,6 @@ def test_entry_whose_key_does_not_match_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("data-root")
 def test_shipped_demo_cache_regenerates_with_the_default_generator():
     """A random sample of the shipped demo generations, regenerated here, gives the same text."""
     from ltrr.generation import make_generator

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
+from _data_root import data_root_lock
 
-# the built demo and its indexes live in the shared data root: one xdist worker builds them
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("data-root")]
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 # resolved at import, before any test changes the working folder or the environment
@@ -37,8 +37,10 @@ def demo_workdir(tmp_path_factory):
     os.chdir(work)
     try:
         run = Run(load_config("demo"), log=lambda m: None)
-        run.stage_data()
-        run.stage_index()
+        # the demo and its indexes live in the shared data root: built under its lock, then only read
+        with data_root_lock(DATA):
+            run.stage_data()
+            run.stage_index()
         run.stage_retrieve()
         run.stage_label()
         run.stage_features()
