@@ -1,170 +1,144 @@
 """Run configuration: TOML or YAML files, validated on load.
 
 A config names the dataset, the retrievers, rerankers and arms of the pool, and the settings of
-the later stages. Every key is checked against the schema below; an unknown key, a wrong type or
-a missing required key raises `ConfigError` naming the key (``[arms][2].k``). Relative paths are
-resolved against the current working directory.
+the later stages. Each settings table is a frozen section (`ltrr._sections.Section`) owned by the
+package it configures: ``[agent]`` by `ltrr.agent.section`, ``[policy]`` by
+`ltrr.policy.section`, and so on (`section_classes`); ``[run]``, ``[labels]`` and ``[features]``,
+which no subpackage owns, and ``[train]`` are declared here. This module only assembles and validates them. An
+unknown key, a wrong type or a missing required key raises `ConfigError` naming the key
+(``[arms][2].k``). Relative paths are resolved against the current working directory.
 
 ``load_config("demo")`` loads the default config shipped inside the package.
 
 This module sits near the ground floor of the import layers (see ``[importlinter]`` in
-setup.cfg): it imports only `ltrr._errors` and, to validate the ``[context]`` table, the specs
-that table's owner keeps in `ltrr.packing` (`PackSpec`, `LoopSpec`), which import nothing above
-the ground. Objects built from a config (the pool: `ltrr.retrieval.Pool.from_run_config`) are
+setup.cfg): it imports only the ground floor, the section modules (``ltrr.<package>.section``,
+which import nothing of ltrr but `ltrr._errors` and `ltrr._sections`; those of the packages
+above are imported on first use) and, to validate the ``[context]`` table, the specs that
+table's owner keeps in `ltrr.packing` (`PackSpec`, `LoopSpec`), which import nothing above the
+ground. Objects built from a config (the pool: `ltrr.retrieval.Pool.from_run_config`) are
 built by the packages above, never here.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.resources
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ltrr._errors import ConfigError
+from ltrr._sections import REQUIRED, Section, section, setting, settings_of
 
-__all__ = ["Config", "load_config", "packaged_configs", "SCHEMA", "RUN_GENERATION_KEYS", "backend_settings"]
+if TYPE_CHECKING:
+    from ltrr.agent.section import AgentSection
+    from ltrr.data.section import DataSection
+    from ltrr.eval.section import EvalSection, ProtocolSection
+    from ltrr.generation.section import GenerationSection
+    from ltrr.packing.section import ContextSection
+    from ltrr.policy.section import PolicySection
 
-_ANY = object()
+__all__ = ["Config", "load_config", "packaged_configs", "SCHEMA", "RUN_GENERATION_KEYS", "backend_settings",  # noqa: F822
+           "validate", "section_classes", "RunSection", "LabelsSection", "FeaturesSection", "TrainSection"]
 
-# section -> key -> (allowed types, default). A default of ConfigError means "required".
-SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
-    "run": {
-        "name": ((str,), ConfigError),
-        "seed": ((int,), 13),
-        "workdir": ((str,), None),  # default: runs/<name>
-    },
-    "data": {
-        "dataset": ((str,), ConfigError),  # a built dataset name ("demo"), a folder or "irds:<id>"
-        "build_seed": ((int,), 13),
-        "n_per_type": ((int,), 200),
-        "n_noanswer": ((int,), 200),
-        "n_multihop": ((int,), 300),
-        "grow_per_type": ((int,), 0),  # a second build round (ltrr.data.demo.generate_demo)
-        "grow_noanswer": ((int,), 0),
-        "builder": ((str,), ""),  # the builder of a dataset named otherwise; default: the name
-        "exclude_qtypes": ((list,), []),  # query types the run leaves out (before max_queries)
-        "max_queries": ((int,), 0),  # 0 = all; else a seeded, type-stratified sample
-        "answers": ((str,), ""),  # a qid -> answers table for a dataset without them (irds:<id>)
-    },
-    # Keys of [generation] other than these go to the backend (ltrr.generation.make_generator),
-    # which validates them and names an unknown one.
-    "generation": {
-        "backend": ((str,), "transformers"),
-        "template": ((str,), "short_answer"),
-        "max_new_tokens": ((int,), 32),
-        "cache": ((str,), ""),  # default: <data_root>/cache/generations.sqlite
-        "use_cache": ((bool,), True),
-        "chunk_size": ((int,), 8),
-        "max_prompt_tokens": ((int,), 0),  # 0: the model's context minus max_new_tokens
-        "prebuilt": ((str,), ""),  # a packaged prebuilt cache (ltrr/prebuilt/NAME-generations.jsonl.gz)
-        # > 0: answers read the top routed arms' passages packed into this many tokens
-        # (ltrr.packing.rag; route --answer and serving), settings in [context]
-        "context_budget": ((int,), 0),
-    },
-    # context packing (ltrr.packing.PackSpec) and the multi-agent loop
-    "context": {
-        # `ltrr run` also runs the multi-agent loop's stage (`ltrr context run`: every strategy on
-        # the protocol's test part, at these settings); off unless asked, the loop is long
-        "enabled": ((bool,), False),
-        "top_m": ((int,), 2),  # arms whose passages are candidates, in routed order
-        "depth": ((int,), 5),  # passages read per arm
-        "selector": ((str,), "knapsack"),  # greedy, greedy-skip, greedy-density, knapsack, knapsack-marginal
-        "prior": ((float,), 0.3),  # weight of the routed order, prior / (arm rank * passage rank)
-        "weights": ((dict,), {}),  # importance weights: keyword, stage, recency, similarity, decay
-        # the multi-agent loop (ltrr.packing.LoopSpec; `ltrr context run`)
-        "base_budget": ((int,), 512),  # B in B_i = B + offset_i, each agent's token budget
-        "rounds": ((int,), 2),  # rounds of planner -> searcher -> answerer (1 to 3)
-        "max_subquestions": ((int,), 3),  # the planner's sub-questions per round
-        "strategies": ((list,), ["full-context", "static", "rcr-oneshot", "rcr-iterative"]),
-        "roles": ((dict,), {}),  # name -> {keywords, priorities, budget_offset}, over the default roles
-        "dedup_threshold": ((float,), 0.95),  # embedding cosine at which a new memory item is a duplicate
-    },
-    # the multi-round router (ltrr.agent; `ltrr agent sft|eval`)
-    "agent": {
-        # `ltrr run` also runs the agent stage: SFT (unless `policy` names one; skipped when its
-        # folder holds the policy of these settings), then `ltrr agent eval`; off unless asked
-        "enabled": ((bool,), False),
-        "k": ((int,), 1),  # passages per search
-        "max_turns": ((int,), 3),  # searches before the answer-only turn
-        "max_obs_tokens": ((int,), 150),  # tokens of passages per <information>
-        "max_new_tokens": ((int,), 96),  # tokens per model turn
-        "alpha": ((float,), 0.2),  # cost reward's weight, counted only for a correct answer
-        "reward": ((str,), "ltrr"),  # a named reward of ltrr.agent.reward_options.REWARDS: ltrr or router-r1
-        "token_price": ((float,), 0.001),  # cost of one injected token, in arm-cost units
-        "metric": ((str,), "recall"),  # outcome reward (a registry metric)
-        "correct_threshold": ((float,), 1.0),  # outcome at which an answer counts as correct
-        "n_eval": ((int,), 150),  # test questions per policy (multihop first, then a type-stratified sample)
-        "policy": ((str,), ""),  # a policy folder (SFT or RL); "" = the generator's model
-        "holdout_arms": ((list,), []),
-        "device": ((str,), "cpu"),  # torch device of the policy: SFT, GRPO, RFT and evaluation ("cuda" on a GPU)
-        "rollout_batch": ((int,), 1),  # rollouts decoded together (ltrr.agent.batching); 1 = one at a time  # arms kept from SFT and the prompt; `agent eval --holdout` adds them
-        "sft": ((dict,), {}),  # SFT settings (ltrr.agent.sft.SFTSpec): epochs, learning_rate, max_examples, ...
-        "grpo": ((dict,), {}),  # GRPO settings (ltrr.agent.grpo.GRPOSpec): steps, group_size, learning_rate, ...
-    },
-    "labels": {
-        "metric": ((str,), "f1"),
-        "extra_metrics": ((list,), []),
-        "noise_floor": ((bool,), True),
-        "noise_floor_arm": ((str,), ""),
-        "tolerate_failures": ((bool,), False),
-        "judge": ((dict,), {}),
-        # also the generator's log-probability of the gold answer (teacher forcing), per item
-        "likelihood": ((bool,), False),
-        # a second, independent replicate of the labels under an equivalent template, for the
-        # noise-corrected headroom: "" (none), on the protocol's "test" part or on "all" queries
-        "replicate_template": ((str,), ""),
-        "replicate": ((str,), "test"),
-    },
-    "features": {
-        "set": ((str,), "paper"),  # a features/*.toml name or path (it sets pca_dim etc.)
-    },
-    "train": {
-        "ranker": ((str,), "lambdamart-listwise"),  # what `ltrr train` fits by default
-        "params": ((dict,), {}),  # ranker name -> hyper-parameters
-        "rankers": ((list,), []),  # rankers compared by the eval stage (default: the 9 non-transformer ones)
-    },
-    "eval": {
-        "splits": ((list,), ["balanced", "leave-one-type-out"]),
-        "test_size": ((float,), 0.3),
-        "n_folds": ((int,), 5),
-        "n_bootstrap": ((int,), 1000),
-        "correction": ((str,), "bonferroni"),
-        "metric": ((str,), ""),
-        "k": ((int,), 3),
-        # ir_measures strings of the retrieval tables; [] = nDCG@10, R@k at the arms' k, RR, P@1
-        "retrieval_measures": ((list,), []),
-    },
-    # the pre-registered design/test protocol (`ltrr protocol`, ltrr.eval.headline)
-    "protocol": {
-        "design_size": ((float,), 0.7),
-        "rankers": ((list,), ["lambdamart-listwise"]),  # candidates, crossed with train_labels
-        "train_labels": ((list,), ["norm_gain"]),  # label columns: norm_gain, likelihood_norm_gain
-        "feature_sets": ((list,), []),  # candidate feature sets (default: [features] set)
-        "n_folds": ((int,), 5),
-        "routers": ((list,), []),  # more candidates as router specs, e.g. "knn:n_neighbors=50"
-        "seeds": ((list,), []),  # more partition seeds: the headline's mean and sd over them
-        "n_jobs": ((int,), 1),  # candidates cross-validated in parallel processes (same result)
-    },
-    # the budgeted routing policy (ltrr.policy); `ltrr run` runs its stage when the config has
-    # a [policy] table (enabled then defaults to true)
-    "policy": {
-        "enabled": ((bool,), None),
-        "budget": ((float,), 0.5),  # as a share of the most expensive arm's cost
-        "fractions": ((list,), [0.25, 0.5, 0.75]),  # budgets (shares of the top cost) of `policy eval`
-        "representation": ((str,), "features"),  # "features" or "lm"
-        "trainers": ((list,), ["grpo", "exact"]),  # the first is the one `ltrr run` saves
-        "cost": ((str,), "config"),  # "config": the arms' cost; "tokens": measured prompt tokens + latency
-        "latency_weight": ((float,), 1000.0),  # tokens per second of retrieval latency (cost = "tokens")
-        "pooling": ((str,), "last"),  # question state of the lm representation: "last" or "mean"
-        "n_folds": ((int,), 5),  # cross-fitted LTR scores of the training queries
-        "params": ((dict,), {}),  # more BudgetPolicy parameters (n_steps, group_size, ...)
-    },
-}
+@section("run")
+class RunSection(Section):
+    """The ``[run]`` table: the run's name, its seed and its folder."""
+
+    name: str = setting(str, help="the run's name (its folder is runs/<name> unless workdir says otherwise)")
+    seed: int = setting(int, 13, help="the seed of every partition, fold and estimator (their random_state)")
+    workdir: str = setting(str, None, help="the run's folder (default: runs/<name>)")
+
+
+@section("labels")
+class LabelsSection(Section):
+    """The ``[labels]`` table: how `ltrr.labels` scores each arm's answer."""
+
+    metric: str = setting(str, "f1", help="the answer metric of the labels (a registry metric)")
+    extra_metrics: list = setting(list, [], help="more answer metrics, kept beside the label")
+    noise_floor: bool = setting(bool, True, help="measure the noise floor of the labels")
+    noise_floor_arm: str = setting(str, "", help="the arm whose answers measure the noise floor")
+    tolerate_failures: bool = setting(bool, False, help="label a failed generation as wrong instead of stopping")
+    judge: dict = setting(dict, {}, help="settings of an LLM judge metric")
+    likelihood: bool = setting(bool, False, help="also the generator's log-probability of the gold answer "
+                                                 "(teacher forcing), per item")
+    replicate_template: str = setting(str, "", help="a second, independent replicate of the labels under an "
+                                                    "equivalent template, for the noise-corrected headroom")
+    replicate: str = setting(str, "test", help='where the replicate is labelled: the protocol\'s "test" part or '
+                                               '"all" queries')
+
+
+@section("features")
+class FeaturesSection(Section):
+    """The ``[features]`` table."""
+
+    set: str = setting(str, "paper", help="a features/*.toml name or path (it sets pca_dim etc.)")
+
+
+@section("train")
+class TrainSection(Section):
+    """The ``[train]`` table: which ranker `ltrr train` fits and the eval stage compares.
+
+    Declared here, not in `ltrr.rankers`: importing that package imports every ranker (scikit-learn
+    and SciPy, about 1.4 s), which every `load_config` would then pay.
+    """
+
+    ranker: str = setting(str, "lambdamart-listwise", help="the ranker `ltrr train` fits by default")
+    params: dict = setting(dict, {}, help="ranker name -> hyper-parameters")
+    rankers: list = setting(list, [], help="rankers compared by the eval stage (default: the non-transformer ones)")
+
+
+_sections_cache: dict[str, type[Section]] = {}
+
+
+def section_classes() -> dict[str, type[Section]]:
+    """The section class of each config table, in the order the tables are validated.
+
+    ``[run]``, ``[labels]`` and ``[features]``, which no subpackage owns, and ``[train]`` (see
+    `TrainSection`) are declared here; every other table by the package it configures, in its
+    ``section`` module.
+
+    Examples
+    --------
+    >>> section_classes()["agent"].__name__
+    'AgentSection'
+    """
+    if not _sections_cache:
+        # Imported here, not at the top: eval, policy and agent sit above the config and their
+        # packages import this module, so a top-level import would be a cycle. Their section modules import nothing of ltrr but the ground floor (setup.cfg's contracts).
+        from ltrr.agent.section import AgentSection
+        from ltrr.data.section import DataSection
+        from ltrr.eval.section import EvalSection, ProtocolSection
+        from ltrr.generation.section import GenerationSection
+        from ltrr.packing.section import ContextSection
+        from ltrr.policy.section import PolicySection
+
+        _sections_cache.update(
+            run=RunSection, data=DataSection, generation=GenerationSection, context=ContextSection,
+            agent=AgentSection, labels=LabelsSection, features=FeaturesSection, train=TrainSection,
+            eval=EvalSection, protocol=ProtocolSection, policy=PolicySection,
+        )
+    return dict(_sections_cache)
+
+
+def _schema() -> dict[str, dict[str, tuple[tuple[type, ...], Any]]]:
+    # section -> key -> (allowed types, default), a default of ConfigError meaning "required":
+    # the shape this module exported before the sections existed, for code that reads it
+    return {name: {f.name: ((f.metadata["type"],),
+                            ConfigError if f.metadata["default"] is REQUIRED else copy.deepcopy(f.metadata["default"]))
+                   for f in settings_of(cls)}
+            for name, cls in section_classes().items()}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SCHEMA":  # computed on use: it needs the sections of the packages above (see above)
+        return _schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _MAP_SECTIONS = ("retrievers", "rerankers")
-_OPEN_SECTIONS = ("generation",)  # extra keys are passed on to the backend
 _LIST_SECTIONS = ("arms",)
 
 # the [generation] keys the run reads itself (prompts, cache, packing); the others configure the
@@ -224,74 +198,59 @@ def _parse(text: str, suffix: str, where: str) -> dict:
     return data
 
 
-def _check_section(name: str, given: Any, spec: dict) -> dict:
-    if not isinstance(given, dict):
-        raise ConfigError(f"config key [{name}] must be a table, got {type(given).__name__}")
-    unknown = sorted(set(given) - set(spec))
-    extra = {}
-    if name in _OPEN_SECTIONS:
-        extra, unknown = {k: given[k] for k in unknown}, []
-    if unknown:
-        raise ConfigError(
-            f"unknown config key [{name}].{unknown[0]}; allowed keys: {', '.join(sorted(spec))}"
-        )
-    out = {}
-    for key, (types, default) in spec.items():
-        if key in given:
-            val = given[key]
-            ok = isinstance(val, types) and not (isinstance(val, bool) and bool not in types)
-            if not ok:
-                allowed = " or ".join(t.__name__ for t in types)
-                raise ConfigError(
-                    f"config key [{name}].{key} must be {allowed}, got {type(val).__name__} {val!r}"
-                )
-            out[key] = float(val) if float in types and isinstance(val, int) and not isinstance(val, bool) else val
-        elif default is ConfigError:
-            raise ConfigError(f"config key [{name}].{key} is required")
-        else:
-            out[key] = copy.deepcopy(default)
-    out.update(extra)
-    return out
-
-
-@dataclass
+@dataclass(frozen=True)
 class Config:
-    """A validated run configuration (plain dicts per section; see `SCHEMA`)."""
+    """A validated run configuration: one frozen section per table (see `section_classes`).
 
-    run: dict
-    data: dict
+    Each table is a `ltrr._sections.Section` owned by the package it configures (``agent`` is
+    an `ltrr.agent.section.AgentSection`, ...), read by attribute (``cfg.agent.k``) or, as a
+    read-only mapping, by key (``cfg.agent["k"]``). ``retrievers``, ``rerankers`` and ``arms``
+    stay plain tables: the pool validates them. A config is not changed in place; build a new one
+    with `dataclasses.replace` (a section too), or edit `to_dict` and `validate` it again.
+
+    Examples
+    --------
+    >>> cfg = load_config("demo")
+    >>> cfg.agent.k == cfg.agent["k"]
+    True
+    """
+
+    run: RunSection
+    data: DataSection
     retrievers: dict
     rerankers: dict
     arms: list
-    generation: dict = field(default_factory=dict)
-    labels: dict = field(default_factory=dict)
-    features: dict = field(default_factory=dict)
-    train: dict = field(default_factory=dict)
-    eval: dict = field(default_factory=dict)
-    protocol: dict = field(default_factory=dict)
-    policy: dict = field(default_factory=dict)
-    context: dict = field(default_factory=dict)
-    agent: dict = field(default_factory=dict)
+    generation: GenerationSection
+    labels: LabelsSection
+    features: FeaturesSection
+    train: TrainSection
+    eval: EvalSection
+    protocol: ProtocolSection
+    policy: PolicySection
+    context: ContextSection
+    agent: AgentSection
     source: str = ""
 
     @property
     def name(self) -> str:
-        return self.run["name"]
+        return self.run.name
 
     @property
     def seed(self) -> int:
-        return int(self.run["seed"])
+        return int(self.run.seed)
 
     @property
     def workdir(self) -> Path:
-        return Path(self.run["workdir"] or f"runs/{self.run['name']}")
+        return Path(self.run.workdir or f"runs/{self.run.name}")
 
     def to_dict(self) -> dict:
-        return {
-            k: copy.deepcopy(getattr(self, k))
-            for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
-                      "features", "train", "eval", "protocol", "policy", "context", "agent")
-        }
+        """The config as plain, validated tables (a deep copy): what `fingerprint` hashes."""
+        out = {}
+        for k in ("run", "data", "retrievers", "rerankers", "arms", "generation", "labels",
+                  "features", "train", "eval", "protocol", "policy", "context", "agent"):
+            val = getattr(self, k)
+            out[k] = val.to_dict() if isinstance(val, Section) else copy.deepcopy(val)
+        return out
 
     def fingerprint(self, *sections: str) -> str:
         """A hash of the named sections (all when none): stages use it to detect changes."""
@@ -304,19 +263,20 @@ class Config:
 
 def validate(data: dict, source: str = "<dict>") -> Config:
     """Validate a config mapping and return a `Config` with defaults filled in."""
-    known = set(SCHEMA) | set(_MAP_SECTIONS) | set(_LIST_SECTIONS)
+    classes = section_classes()
+    known = set(classes) | set(_MAP_SECTIONS) | set(_LIST_SECTIONS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown config section [{unknown[0]}]; allowed: {', '.join(sorted(known))}")
     try:
-        sections = {name: _check_section(name, data.get(name, {}), spec) for name, spec in SCHEMA.items()}
-        if sections["policy"]["enabled"] is None:
-            sections["policy"]["enabled"] = "policy" in data
+        sections = {name: cls.from_mapping(data.get(name, {}), name) for name, cls in classes.items()}
+        if sections["policy"].enabled is None:
+            sections["policy"] = dataclasses.replace(sections["policy"], enabled="policy" in data)
         # the [context] table's owner validates it: downward, packing imports only the ground
         from ltrr.packing.rag import pack_spec
         from ltrr.packing.strategies import LoopSpec
 
-        pack_spec(sections["context"], sections["generation"]["context_budget"])
+        pack_spec(sections["context"], sections["generation"].context_budget)
         LoopSpec.from_mapping(sections["context"], "[context]")
         for name in _MAP_SECTIONS:
             val = data.get(name, {})

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from ltrr.agent import stage
+from ltrr.agent.section import AgentSection
 from ltrr.agent.sft import SFTSpec
 
 
@@ -19,7 +20,8 @@ class Trained(Exception):
 
 
 def _run(tmp_path, seed=7, sft=None):
-    return SimpleNamespace(config=SimpleNamespace(agent={"sft": sft or {}}, seed=seed), workdir=tmp_path)
+    agent = AgentSection.from_mapping({"sft": sft or {}})
+    return SimpleNamespace(config=SimpleNamespace(agent=agent, seed=seed), workdir=tmp_path)
 
 
 @pytest.fixture

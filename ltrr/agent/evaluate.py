@@ -72,7 +72,7 @@ def design_normaliser(run, lm, labels: pd.DataFrame, design: list[str]):
     from ltrr.agent.sft import SFTSpec, build_sft_trajectories
 
     acfg = run.config.agent
-    spec = SFTSpec.from_mapping(acfg["sft"])
+    spec = SFTSpec.from_mapping(acfg.sft)
     key = hashlib.sha256(json.dumps({"agent": {k: v for k, v in acfg.items() if k not in ("n_eval", "policy", "grpo")},
                                      "sft_spec": asdict(spec),  # its defaults (ties) shape the scripts too
                                      "arms": run.config.arms, "design": sorted(design), "model": lm.identity},
@@ -83,7 +83,7 @@ def design_normaliser(run, lm, labels: pd.DataFrame, design: list[str]):
         if doc.get("key") == key:
             return CostNormaliser.fixed(doc["lo"], doc["hi"])
     trajs = build_sft_trajectories(run, lm, labels, design, spec)
-    costs = [t.cost(run.pool.costs, acfg["token_price"]) for t in trajs]
+    costs = [t.cost(run.pool.costs, acfg.token_price) for t in trajs]
     norm = CostNormaliser.from_costs(costs)
     lo, hi = norm.bounds()
     write_text_atomic(path, json.dumps({"key": key, "lo": lo, "hi": hi, "n": len(costs)}, indent=1) + "\n")
@@ -96,7 +96,7 @@ def _ltrr_top1(run, labels: pd.DataFrame, design: list[str], qids: list[str]) ->
 
     _, raw = run.training_inputs("agent eval")
     have = set(map(str, raw.qids))
-    params = run.make_router("ltrr", run.config.train["ranker"]).get_params()
+    params = run.make_router("ltrr", run.config.train.ranker).get_params()
     tr = [q for q in design if q in have]
     router = LTRRouter(**params).fit(raw.subset(tr), labels[labels["qid"].astype(str).isin(set(tr))])
     scores = router.route_scores(raw.subset([q for q in qids if q in have]))
@@ -141,29 +141,29 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     acfg = run.config.agent
     labels = labels_table(run)
     design, test = partition(run)
-    qids = select_questions(run.dataset.queries, test, int(n or acfg["n_eval"]), run.config.seed)
+    qids = select_questions(run.dataset.queries, test, int(n or acfg.n_eval), run.config.seed)
     queries = run.dataset.queries.assign(qid=run.dataset.queries["qid"].astype(str)).set_index("qid")
     qtype = queries["qtype"].astype(str) if "qtype" in queries else pd.Series("all", index=queries.index)
     gold = gold_answers(run)
     lm = policy_lm(run, policy)
-    held = list(acfg["holdout_arms"])
+    held = list(acfg.holdout_arms)
     loop = make_loop(run, lm, labels, design=design, holdout=[] if holdout else held)
     normaliser = design_normaliser(run, lm, labels, design)
     t0 = time.perf_counter()
     with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar:
         trajs = rollout_many([(loop, str(queries.loc[q, "question"]), q, None) for q in qids],
-                             batch=acfg["rollout_batch"], progress=bar.update)
+                             batch=acfg.rollout_batch, progress=bar.update)
     raise_on_model_errors(trajs, "agent eval")
     seconds = time.perf_counter() - t0
-    score_trajectories(trajs, gold, arm_costs=run.pool.costs, normaliser=normaliser, alpha=acfg["alpha"],
-                       token_price=acfg["token_price"], metric=acfg["metric"],
-                       correct_threshold=acfg["correct_threshold"], reward=acfg["reward"])
+    score_trajectories(trajs, gold, arm_costs=run.pool.costs, normaliser=normaliser, alpha=acfg.alpha,
+                       token_price=acfg.token_price, metric=acfg.metric,
+                       correct_threshold=acfg.correct_threshold, reward=acfg.reward)
     agent = {m: np.array([outcome_reward(t.answer, gold[t.qid], m, question=t.question) for t in trajs])
-             for m in dict.fromkeys([acfg["metric"], *METRICS])}
+             for m in dict.fromkeys([acfg.metric, *METRICS])}
     valid = np.array([t.rewards["format"] == 0 for t in trajs])
     n_search = np.array([sum(1 for s in t.searches if s.valid) for t in trajs])
     # baselines from the labels
-    metric = acfg["metric"]
+    metric = acfg.metric
     tables = {m: _label_metric(labels, m) for m in dict.fromkeys([metric, *METRICS])}
     U = tables[metric]
     missing = [q for q in qids if q not in U.index]
@@ -201,7 +201,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
                for t in types}
     calls = Counter(s.arm for t in trajs for s in t.searches if s.valid)
     doc = {
-        "policy": str(policy or acfg["policy"] or lm.identity), "metric": metric, "n": len(qids), "n_multihop": int(is_mh.sum()),
+        "policy": str(policy or acfg.policy or lm.identity), "metric": metric, "n": len(qids), "n_multihop": int(is_mh.sum()),
         "seconds": round(seconds, 1), "cache": loop.counters,
         "format_valid_rate": float(valid.mean()),
         "stop_reasons": dict(Counter(t.stop_reason for t in trajs)),
@@ -220,7 +220,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         if is_mh.any() else None,
         "tests": tests, "questions": qids,
     }
-    name = Path(str(policy or acfg["policy"])).name if (policy or acfg["policy"]) else "base"
+    name = Path(str(policy or acfg.policy)).name if (policy or acfg.policy) else "base"
     out = agent_dir(run) / f"eval-{name}{'-holdout' if holdout and held else ''}"
     out.mkdir(parents=True, exist_ok=True)
     save_trajectories(trajs, out / "trajectories.jsonl")

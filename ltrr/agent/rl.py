@@ -89,9 +89,9 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     rollouts = RouterRollouts(lambda qid: multi if qtypes[qid] == "multihop" else single,
                               {text: qid for qid, text, _ in questions}, gold_answers(run),
                               run.pool.costs, CostNormaliser(window=spec.window), spec.group_size, alpha=alpha,
-                              token_price=acfg["token_price"], metric=acfg["metric"],
-                              correct_threshold=acfg["correct_threshold"], seed=run.config.seed, out=out,
-                              batch=acfg["rollout_batch"], reward=acfg["reward"], views=views)
+                              token_price=acfg.token_price, metric=acfg.metric,
+                              correct_threshold=acfg.correct_threshold, seed=run.config.seed, out=out,
+                              batch=acfg.rollout_batch, reward=acfg.reward, views=views)
     return rollouts, questions
 
 
@@ -105,8 +105,8 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
     from ltrr.agent.lora import import_checkpoint
     from ltrr.agent.run import policy_lm
 
-    spec = GRPOSpec.from_mapping({**run.config.agent["grpo"], **({} if steps is None else {"steps": steps})})
-    alpha = run.config.agent["alpha"] if alpha is None else alpha
+    spec = GRPOSpec.from_mapping({**run.config.agent.grpo, **({} if steps is None else {"steps": steps})})
+    alpha = run.config.agent.alpha if alpha is None else alpha
     _check_alpha(alpha)
     policy = policy_lm(run, start)
     out = Path(out)
@@ -170,12 +170,12 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     from ltrr.agent.sft import SFTSpec, train_sft
     from ltrr.agent.trajectory import load_trajectories, save_trajectories
 
-    spec = GRPOSpec.from_mapping(run.config.agent["grpo"])
+    spec = GRPOSpec.from_mapping(run.config.agent.grpo)
     if isinstance(rollouts, bool) or not isinstance(rollouts, int) or rollouts < spec.group_size:
         raise DataError(f"--rollouts must be an integer >= the group size {spec.group_size}, got {rollouts!r}")
     policy = policy_lm(run, start)
     out = Path(out)
-    roll, questions = make_rollouts(run, policy, spec, alpha=run.config.agent["alpha"], out=None)
+    roll, questions = make_rollouts(run, policy, spec, alpha=run.config.agent.alpha, out=None)
     order = np.random.default_rng([run.config.seed, 17]).permutation(len(questions))
     n_q = rollouts // spec.group_size
     picked = [questions[i] for i in np.resize(order, n_q)]  # cycles when rollouts exceed one pass
@@ -206,7 +206,7 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
         f"correct ones (format-valid {np.mean([t.rewards['format'] == 0 for grp in groups for t in grp]):.2f})")
     if not kept:
         raise DataError("rejection sampling kept no correct rollout; nothing to fine-tune on")
-    sft = SFTSpec.from_mapping(run.config.agent["sft"])
+    sft = SFTSpec.from_mapping(run.config.agent.sft)
     record = train_sft(kept, policy, out, sft, seed=run.config.seed, log=log, show_progress=show_progress)
     record.update({"rft_samples": len(groups) * spec.group_size, "rft_kept": len(kept), "rft_questions": len(groups)})
     (out / "rft.json").write_text(json.dumps({k: v for k, v in record.items() if k != "loss"}, indent=1) + "\n")

@@ -33,7 +33,7 @@ def partition(run) -> tuple[list[str], list[str]]:
     from ltrr.eval.protocol import design_test_partition
 
     part = design_test_partition(run.dataset.queries.reset_index(drop=True),
-                                 design_size=run.config.protocol["design_size"], random_state=run.config.seed)
+                                 design_size=run.config.protocol.design_size, random_state=run.config.seed)
     return [str(q) for q in part.train], [str(q) for q in part.test]
 
 
@@ -71,8 +71,8 @@ def policy_lm(run, policy: str | Path | None = None):
     from ltrr.agent.lora import load_policy
     from ltrr.config import backend_settings
 
-    policy = policy or run.config.agent["policy"]
-    device = run.config.agent["device"]
+    policy = policy or run.config.agent.policy
+    device = run.config.agent.device
     if policy:
         return load_policy(Path(policy), device=device)
     gcfg = backend_settings(run.config.generation)
@@ -90,21 +90,21 @@ def make_loop(run, lm, labels: pd.DataFrame | None = None, *, design: list[str] 
 
     acfg = run.config.agent
     pool = run.pool.load(run.index_dir)
-    holdout = list(acfg["holdout_arms"] if holdout is None else holdout)
+    holdout = list(acfg.holdout_arms if holdout is None else holdout)
     unknown = sorted(set(holdout) - set(pool.arm_names))
     if unknown:
         raise ConfigError(f"[agent] holdout_arms names {unknown}, not arms of the pool {pool.arm_names}")
     arms = [a for a in pool.arms if a.name not in holdout]
     power = strengths(run, labels, design) if labels is not None and design is not None else None
     if power is not None:  # a held-out arm is unseen: in the prompt (`agent eval --holdout`) by its config alone
-        power = {a: v for a, v in power.items() if a not in set(holdout) | set(acfg["holdout_arms"])}
-    settings = {"k": acfg["k"], "max_turns": acfg["max_turns"], "max_new_tokens": acfg["max_new_tokens"],
-                "max_obs_tokens": acfg["max_obs_tokens"], "seed": run.config.seed}
+        power = {a: v for a, v in power.items() if a not in set(holdout) | set(acfg.holdout_arms)}
+    settings = {"k": acfg.k, "max_turns": acfg.max_turns, "max_new_tokens": acfg.max_new_tokens,
+                "max_obs_tokens": acfg.max_obs_tokens, "seed": run.config.seed}
     unknown = sorted(set(overrides) - set(settings) - {"temperature", "top_p", "cache", "max_total_tokens"})
     if unknown:
         raise ConfigError(f"make_loop: unknown setting(s) {unknown}")
     settings.update(overrides)
     cache = settings.pop("cache", None)
-    if cache is None and use_cache and run.config.generation.get("use_cache", True):
+    if cache is None and use_cache and run.config.generation.use_cache:
         cache = GenerationCache(run.cache_path)
     return AgentLoop.from_pool(lm, pool, arms=arms, strengths=power, cache=cache, **settings)

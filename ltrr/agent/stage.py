@@ -42,7 +42,7 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
     (Path, dict)
         The policy folder and its training record (``sft.json``).
     """
-    spec = SFTSpec.from_mapping(run.config.agent["sft"])
+    spec = SFTSpec.from_mapping(run.config.agent.sft)
     folder = Path(out or agent_dir(run) / "policies" / "sft")
     done = folder / "sft.json"
     if not force and done.is_file():

@@ -211,7 +211,7 @@ def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | N
         raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
     seed = run.config.seed if seed is None else int(seed)
     q = run.dataset.queries
-    design_size = run.config.protocol["design_size"]
+    design_size = run.config.protocol.design_size
     prereg = run.workdir / "protocol" / f"seed-{seed}" / "preregistration.json"
     if prereg.is_file():
         design_size = json.loads(prereg.read_text())["design_size"]
@@ -273,7 +273,7 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     if strategy_names is not None:
         spec = replace(spec, strategies=tuple(strategy_names))
     spec = spec.validate()
-    ranker = run.config.train["ranker"]
+    ranker = run.config.train.ranker
     model = run.workdir / "models" / ranker
     if not (model / "router.json").is_file():
         raise NotBuiltError(f"no trained router at {model}: run `ltrr train {run.config.source or 'CONFIG'}` first "
@@ -287,14 +287,14 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     if any(a.is_packed for a in pool.arms):  # packed arms count the run generator's tokens
         pool.count_tokens = generator.count_tokens
     embedder = pool_embedder(pool)
-    template = load_template(gcfg["template"])
-    params = template.default_params(max_new_tokens=gcfg["max_new_tokens"])
+    template = load_template(gcfg.template)
+    params = template.default_params(max_new_tokens=gcfg.max_new_tokens)
     judge = None
-    if lcfg["judge"]:
+    if lcfg.judge:
         from ltrr.generation import make_generator
         from ltrr.generation.cache import CachedGenerator
 
-        judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
+        judge = CachedGenerator(make_generator(lcfg.judge), generator.cache, enabled=generator.enabled)
     search = RoutedSearch(pipeline)
     first = str(questions["question"].iloc[0])
     search(first)  # load what the first route and embedding load, before any runtime is measured
@@ -306,9 +306,9 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
             f"{generator.identity}")
     per_query = compare_strategies(questions, generator=generator, search=search, spec=spec,
                                    template=template, params=params, embedder=embedder,
-                                   max_prompt_tokens=gcfg["max_prompt_tokens"] or None, progress=progress_enabled())
+                                   max_prompt_tokens=gcfg.max_prompt_tokens or None, progress=progress_enabled())
     golds = {str(k): list(v) for k, v in zip(questions["qid"], questions["answers"], strict=True)}
-    per_query = score_answers(per_query, golds, metric=lcfg["metric"], judge=judge)
+    per_query = score_answers(per_query, golds, metric=lcfg.metric, judge=judge)
     table = summarise(per_query)
     out = Path(out_dir) if out_dir else run.workdir / "context"
     if part == "design" and not out_dir:  # one folder per setting tried on design questions
@@ -317,5 +317,5 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     write_text_atomic(out / "agents.csv", table.to_csv(index=False))
     run.log(f"[context] {len(per_query)} (question, strategy) rows in {time.perf_counter() - t0:.1f}s, "
             f"{generator.generator_calls} generator calls, {generator.hits} cache hits -> {out / 'agents.csv'}")
-    return {"per_query": per_query, "table": table, "source": source, "metric": str(lcfg["metric"]),
+    return {"per_query": per_query, "table": table, "source": source, "metric": str(lcfg.metric),
             "router": ranker, "out": out}

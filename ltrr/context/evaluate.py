@@ -175,15 +175,15 @@ def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, o
     util = labels.set_index(["qid", "arm"])["utility"]
     nr = run.no_retrieval_arms()[0]
     gcfg, lcfg = run.config.generation, run.config.labels
-    template = load_template(gcfg["template"])
+    template = load_template(gcfg.template)
     packed = pd.DataFrame(packed_rows, columns=["qid", "arm", "rank", "docid", "score", "text"])
     arms = sorted(set(packed["arm"])) + [nr]
     queries = run.dataset.queries.set_index("qid").loc[test].reset_index()
-    metric = parse_metric(lcfg["metric"])
+    metric = parse_metric(lcfg.metric)
     lab = label_queries(queries, packed, arms=arms, no_retrieval=nr, generator=gen, template=template,
                         scorer=metric.bind(judge=None), metric_name=str(metric), seed=run.config.seed,
-                        chunk_size=gcfg["chunk_size"], max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
-                        params=template.default_params(max_new_tokens=gcfg["max_new_tokens"])).labels
+                        chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
+                        params=template.default_params(max_new_tokens=gcfg.max_new_tokens)).labels
     got = lab.set_index(["qid", "arm"])["utility"]
     out = []
     for r in per_query.itertuples():

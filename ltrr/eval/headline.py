@@ -203,7 +203,7 @@ def run_protocol(
     queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
     part = design_test_partition(queries, design_size=design_size, random_state=seed)
     lab_idx = labels.set_index("qid")
-    candidates = _candidates(rankers, train_labels, feature_sets, run.config.features["set"], routers)
+    candidates = _candidates(rankers, train_labels, feature_sets, run.config.features.set, routers)
     for cand in candidates:
         _check_label_column(labels, cand["label"])
     design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)

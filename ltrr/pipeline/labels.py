@@ -26,15 +26,15 @@ def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, tem
     gcfg = run.config.generation
     kwargs.setdefault("arms", run.pool.arm_names)
     return label_queries(queries, results, template=template, seed=run.config.seed,
-                         chunk_size=gcfg["chunk_size"], max_prompt_tokens=gcfg["max_prompt_tokens"] or None,
-                         params=template.default_params(max_new_tokens=gcfg["max_new_tokens"]), **kwargs)
+                         chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
+                         params=template.default_params(max_new_tokens=gcfg.max_new_tokens), **kwargs)
 
 def label_fingerprint(run: RunContext) -> str:
     """The fingerprint of the label stage's inputs: ``[labels]``, ``[generation]``, the retrieval."""
     lcfg = run.config.labels
-    return input_fingerprint({"labels": lcfg, "generation": run.config.generation, "retrieve": run.fingerprint_of("retrieve"),
+    return input_fingerprint({"labels": lcfg.to_dict(), "generation": run.config.generation.to_dict(), "retrieve": run.fingerprint_of("retrieve"),
                               # the replicate's test part follows the protocol's partition
-                              "partition": run.config.protocol["design_size"] if lcfg["replicate_template"] else None})
+                              "partition": run.config.protocol.design_size if lcfg.replicate_template else None})
 
 
 def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None = None,
@@ -60,10 +60,10 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     from ltrr.metrics import parse_metric, parse_metrics
 
     lcfg, gcfg = run.config.labels, run.config.generation
-    tolerate = lcfg["tolerate_failures"] if tolerate_failures is None else tolerate_failures
+    tolerate = lcfg.tolerate_failures if tolerate_failures is None else tolerate_failures
     ds = run.dataset
     if not ds.queries["answers"].map(len).any():
-        raise DataError(f"stage label: the queries of {run.config.data['dataset']} have no answers, so they can be "
+        raise DataError(f"stage label: the queries of {run.config.data.dataset} have no answers, so they can be "
                         "retrieved and evaluated for retrieval (ltrr retrieve) but not labelled; give [data] answers = "
                         "a JSONL/Parquet table of qid and answers")
     if not run.results_path.exists():
@@ -75,9 +75,9 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if not nr:
         raise ConfigError("stage label: the pool needs a no-retrieval arm (retriever = \"none\"): gains are measured against it")
     noise_arm = None
-    if lcfg["noise_floor"]:
-        noise_arm = lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)
-    template = load_template(gcfg["template"])
+    if lcfg.noise_floor:
+        noise_arm = lcfg.noise_floor_arm or next(a.name for a in pool.arms if not a.is_no_retrieval)
+    template = load_template(gcfg.template)
     fp = label_fingerprint(run)
     out = run.labels_dir / "labels.parquet"
     if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
@@ -88,25 +88,25 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
         run.log(f"[label] skipped: inputs unchanged, labels in {out}")
         return out
     try:
-        metric = parse_metric(lcfg["metric"])
-        extras = parse_metrics(lcfg["extra_metrics"]) if lcfg["extra_metrics"] else []
+        metric = parse_metric(lcfg.metric)
+        extras = parse_metrics(lcfg.extra_metrics) if lcfg.extra_metrics else []
     except LtrrError as exc:
         raise ConfigError(f"stage label: [labels] {exc}") from None
     given = generator is not None
     generator = generator if given else run.make_generator(use_cache=use_cache)
-    if gcfg["prebuilt"] and generator.enabled and not given:
+    if gcfg.prebuilt and generator.enabled and not given:
         from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
 
-        added = import_prebuilt(prebuilt_path(gcfg["prebuilt"]), generator.cache)
-        run.log(f"[label] prebuilt generation cache {gcfg['prebuilt']!r}: sha256 verified, {added} new rows imported")
+        added = import_prebuilt(prebuilt_path(gcfg.prebuilt), generator.cache)
+        run.log(f"[label] prebuilt generation cache {gcfg.prebuilt!r}: sha256 verified, {added} new rows imported")
     judge = None
     if metric.needs_judge or any(m.needs_judge for m in extras):
-        if not lcfg["judge"]:
+        if not lcfg.judge:
             raise ConfigError("stage label: metric needs a judge; set [labels.judge] (a generator config)")
         from ltrr.generation import make_generator
         from ltrr.generation.cache import CachedGenerator
 
-        judge = CachedGenerator(make_generator(lcfg["judge"]), generator.cache, enabled=generator.enabled)
+        judge = CachedGenerator(make_generator(lcfg.judge), generator.cache, enabled=generator.enabled)
     scorer = metric.bind(judge=judge)
     extra_scorers = {str(m): m.bind(judge=judge) for m in extras}
     queries = ds.queries
@@ -126,21 +126,21 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
         labelled = _label(
             run, queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
             template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
-            noise_arm=noise_arm, progress=pbar.update, likelihood=lcfg["likelihood"],
+            noise_arm=noise_arm, progress=pbar.update, likelihood=lcfg.likelihood,
         )
     summary = summarise(labelled.labels, labelled.noise, seed=run.config.seed)
     summary["generator_calls"] = generator.generator_calls
     summary["cache_hits"] = generator.hits
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     if shard is not None:
-        if lcfg["replicate_template"]:  # the shard's share of the replicate, into the cache only
+        if lcfg.replicate_template:  # the shard's share of the replicate, into the cache only
             label_replicate(run, ds.queries, results, arms, nr[0], generator, scorer, metric, extra_scorers,
                                   labelled.labels, only=set(queries["qid"].astype(str)))
             summary["generator_calls"] = generator.generator_calls
         run.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
                  f"in {summary['seconds']:.1f}s; cache {run.cache_path} (no labels table written)")
         return run.cache_path
-    if lcfg["replicate_template"]:
+    if lcfg.replicate_template:
         summary["replicate"] = label_replicate(run, queries, results, arms, nr[0], generator, scorer, metric,
                                                      extra_scorers, labelled.labels)
         if not summary.get("noise_floor"):
@@ -163,13 +163,13 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
 def replicate_queries(run: RunContext, queries: pd.DataFrame) -> pd.DataFrame:
     """The queries of the replicate labels: the protocol's test part, or all."""
     lcfg = run.config.labels
-    if lcfg["replicate"] == "all":
+    if lcfg.replicate == "all":
         return queries.reset_index(drop=True)
-    if lcfg["replicate"] != "test":
-        raise ConfigError(f"[labels] replicate must be 'test' or 'all', got {lcfg['replicate']!r}")
+    if lcfg.replicate != "test":
+        raise ConfigError(f"[labels] replicate must be 'test' or 'all', got {lcfg.replicate!r}")
     from ltrr.eval.protocol import design_test_partition
 
-    part = design_test_partition(queries, design_size=run.config.protocol["design_size"],
+    part = design_test_partition(queries, design_size=run.config.protocol.design_size,
                                  random_state=run.config.seed)
     return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
 
@@ -183,7 +183,7 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
     from ltrr.generation import load_template
 
     lcfg = run.config.labels
-    template = load_template(lcfg["replicate_template"])
+    template = load_template(lcfg.replicate_template)
     sub = replicate_queries(run, queries)
     if only is not None:
         sub = sub[sub["qid"].astype(str).isin(only)].reset_index(drop=True)
@@ -200,7 +200,7 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
     write_table_atomic(rep.labels, run.labels_dir / "replicate.parquet")
     both = main.merge(rep.labels[["qid", "arm", "utility"]], on=["qid", "arm"], suffixes=("", "_rep"))
     diff = (both["utility"] - both["utility_rep"]).abs()
-    return {"template": template.identity, "queries": int(len(sub)), "part": lcfg["replicate"],
+    return {"template": template.identity, "queries": int(len(sub)), "part": lcfg.replicate,
             "mean_abs_diff": float(diff.mean()) if len(diff) else float("nan"),
             "disagreement_rate": float((diff > 1e-9).mean()) if len(diff) else float("nan"),
             "seconds": round(time.perf_counter() - t0, 1)}
@@ -217,14 +217,14 @@ def export_generations(run: RunContext, out: Path) -> dict:
     rec = RecordingGenerator(cached.generator, cached.cache)
     pool = run.pool
     nr = [a.name for a in pool.arms if a.is_no_retrieval]
-    noise_arm = (lcfg["noise_floor_arm"] or next(a.name for a in pool.arms if not a.is_no_retrieval)) if lcfg["noise_floor"] else None
-    template = load_template(gcfg["template"])
+    noise_arm = (lcfg.noise_floor_arm or next(a.name for a in pool.arms if not a.is_no_retrieval)) if lcfg.noise_floor else None
+    template = load_template(gcfg.template)
     results = pd.read_parquet(run.results_path)
     _label(run, run.dataset.queries, results, no_retrieval=nr[0], generator=rec, template=template,
-           scorer=parse_metric("em").bind(), metric_name="em", noise_arm=noise_arm, likelihood=lcfg["likelihood"])
-    if lcfg["replicate_template"]:
+           scorer=parse_metric("em").bind(), metric_name="em", noise_arm=noise_arm, likelihood=lcfg.likelihood)
+    if lcfg.replicate_template:
         _label(run, replicate_queries(run, run.dataset.queries), results, no_retrieval=nr[0], generator=rec,
-               template=load_template(lcfg["replicate_template"]), scorer=parse_metric("em").bind(), metric_name="em")
+               template=load_template(lcfg.replicate_template), scorer=parse_metric("em").bind(), metric_name="em")
     from ltrr._version import __version__
 
     return write_prebuilt(rec.records, out, meta={"made_by": "ltrr label", "ltrr_version": __version__,

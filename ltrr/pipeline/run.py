@@ -64,7 +64,7 @@ class Run:
 
     @property
     def dataset_path(self) -> Path:
-        ds = self.config.data["dataset"]
+        ds = self.config.data.dataset
         if is_irds(ds):  # no folder: the name of its indexes' folder
             return data_root() / "irds" / irds_slug(ds)
         p = Path(ds)
@@ -104,14 +104,14 @@ class Run:
     @property
     def dataset(self) -> Dataset:
         if self._dataset is None:
-            name, answers = self.config.data["dataset"], self.config.data.get("answers") or None
+            name, answers = self.config.data.dataset, self.config.data.answers or None
             if is_irds(name):
                 self._dataset = load_irds(name, answers=answers)
             else:
                 self._dataset = load_dataset(self.dataset_path)
                 if answers:
                     self._dataset.queries = attach_answers(self._dataset.queries, answers)
-            drop = [str(t) for t in self.config.data.get("exclude_qtypes", [])]
+            drop = [str(t) for t in self.config.data.exclude_qtypes]
             if drop:
                 q = self._dataset.queries
                 have = set(q["qtype"].astype(str)) if "qtype" in q else set()
@@ -120,7 +120,7 @@ class Run:
                     raise ConfigError(f"[data] exclude_qtypes names {', '.join(map(repr, unknown))}, not a query "
                                       f"type of {self.dataset_path} ({', '.join(sorted(have)) or 'none'})")
                 self._dataset.queries = q[~q["qtype"].astype(str).isin(drop)].reset_index(drop=True)
-            n = self.config.data.get("max_queries", 0)
+            n = self.config.data.max_queries
             if n and n < len(self._dataset.queries):
                 self._dataset.queries = _stratified_sample(self._dataset.queries, n, self.config.seed)
         return self._dataset
@@ -141,22 +141,22 @@ class Run:
         """Build the dataset when the config names a builder (``demo``) and it is missing."""
         from ltrr.data.build import BUILDERS, build_dataset
 
-        ds = self.config.data["dataset"]
+        ds = self.config.data.dataset
         if is_irds(ds):
             self.log(f"[data] using ir_datasets {ds[len('irds:'):]!r} ({len(self.dataset.queries)} queries, "
                      f"{len(self.dataset.corpus)} documents)")
             return self.dataset_path
-        builder = self.config.data["builder"] or ds
+        builder = self.config.data.builder or ds
         if builder in BUILDERS and not Path(ds).exists():
             return build_dataset(
                 builder,
                 out=self.dataset_path,
-                seed=self.config.data["build_seed"],
-                n_per_type=self.config.data["n_per_type"],
-                n_noanswer=self.config.data["n_noanswer"],
-                n_multihop=self.config.data["n_multihop"],
-                grow_per_type=self.config.data["grow_per_type"],
-                grow_noanswer=self.config.data["grow_noanswer"],
+                seed=self.config.data.build_seed,
+                n_per_type=self.config.data.n_per_type,
+                n_noanswer=self.config.data.n_noanswer,
+                n_multihop=self.config.data.n_multihop,
+                grow_per_type=self.config.data.grow_per_type,
+                grow_noanswer=self.config.data.grow_noanswer,
                 force=force,
                 log=self.log,
             )
@@ -185,7 +185,7 @@ class Run:
             # query type the run leaves out does not redo retrieval
             "corpus": _read_meta(self.dataset_path).get("tables", {}).get("corpus"),
         }
-        if is_irds(self.config.data["dataset"]):  # no build record: the corpus itself is hashed
+        if is_irds(self.config.data.dataset):  # no build record: the corpus itself is hashed
             from ltrr.data.trec import table_digest
 
             inputs["corpus"] = table_digest(ds.corpus, ["docid", "title", "text"])
@@ -216,7 +216,7 @@ class Run:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.config.generation.get("cache") or data_root() / "cache" / "generations.sqlite")
+        return Path(self.config.generation.cache or data_root() / "cache" / "generations.sqlite")
 
     def make_generator(self, *, use_cache: bool | None = None):
         """The configured generator wrapped in the SQLite cache (unless disabled)."""
@@ -230,7 +230,7 @@ class Run:
             if isinstance(exc, LtrrError):
                 raise type(exc)(f"stage label: [generation] {exc}") from None
             raise
-        enabled = self.config.generation["use_cache"] if use_cache is None else use_cache
+        enabled = self.config.generation.use_cache if use_cache is None else use_cache
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         return CachedGenerator(backend, GenerationCache(self.cache_path), enabled=enabled)
 
@@ -268,7 +268,7 @@ class Run:
 
     def features_fingerprint(self) -> str:
         """The fingerprint of the features stage's inputs: the retrieval it reads, ``[features]``."""
-        return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features})
+        return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features.to_dict()})
 
     def stage_features(self, *, force: bool = False) -> Path:
         """Raw routing features of every (query, arm) -> features/<run>/ (Parquet + .npy)."""
@@ -318,8 +318,8 @@ class Run:
         if ranker is not None:
             from ltrr.routers.ltr import LTRRouter
 
-            params = self.config.train["params"].get(ranker, {}) if isinstance(self.config.train["params"].get(ranker), dict) else {}
-            return LTRRouter(ranker=ranker, ranker_params=params, features=self.config.features["set"],
+            params = self.config.train.params.get(ranker, {}) if isinstance(self.config.train.params.get(ranker), dict) else {}
+            return LTRRouter(ranker=ranker, ranker_params=params, features=self.config.features.set,
                              pool_config={"retrievers": self.config.retrievers, "rerankers": self.config.rerankers,
                                           "arms": self.config.arms, "seed": self.config.seed},
                              index_dir=str(self.index_dir), random_state=self.config.seed)
@@ -336,10 +336,10 @@ class Run:
 
     def train_fingerprint(self, ranker: str | None = None) -> str:
         """The fingerprint of the train stage's inputs for ``ranker`` (default ``[train] ranker``)."""
-        ranker = ranker or self.config.train["ranker"]
+        ranker = ranker or self.config.train.ranker
         return input_fingerprint({"label": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
-                                  "ranker": ranker, "params": self.config.train["params"].get(ranker),
-                                  "feature_set": self.config.features["set"], "seed": self.config.seed})
+                                  "ranker": ranker, "params": self.config.train.params.get(ranker),
+                                  "feature_set": self.config.features.set, "seed": self.config.seed})
 
     def fit_ltr_router(self, ranker: str, raw, labels: pd.DataFrame, *, texts, stage: str,
                        where: str = "") -> tuple:
@@ -368,7 +368,7 @@ class Run:
         picked from the eval tables, which would choose it on test numbers. Skipped (and said)
         when the labels, features, ranker parameters and seed are unchanged.
         """
-        ranker = ranker or self.config.train["ranker"]
+        ranker = ranker or self.config.train.ranker
         labels, raw = self.training_inputs()
         out = self.workdir / "models" / ranker
         fp = self.train_fingerprint(ranker)
@@ -401,7 +401,7 @@ class Run:
         # existed keeps its fingerprint)
         ecfg = {k: v for k, v in self.config.eval.items() if k != "retrieval_measures"}
         return input_fingerprint({"labels": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
-                                  "eval": ecfg, "train": self.config.train, "seed": self.config.seed})
+                                  "eval": ecfg, "train": self.config.train.to_dict(), "seed": self.config.seed})
 
     def stage_eval(self, *, force: bool = False) -> dict[str, Path]:
         """Train every router on each split's train queries and compare them on its test queries."""
@@ -410,7 +410,7 @@ class Run:
 
         labels, raw = self.training_inputs("eval")
         ecfg, tcfg = self.config.eval, self.config.train
-        rankers = list(tcfg["rankers"] or DEFAULT_RANKERS)
+        rankers = list(tcfg.rankers or DEFAULT_RANKERS)
         fp = self.eval_fingerprint()
         out = self.reports_dir / "results.csv"
         if not force and self.is_fresh("eval", fp, [out]):
@@ -423,8 +423,8 @@ class Run:
         if queries.empty:
             raise DataError("stage eval: no query has complete labels")
         try:
-            splits = make_splits(queries, names=ecfg["splits"], test_size=ecfg["test_size"],
-                                 n_folds=ecfg["n_folds"], random_state=self.config.seed)
+            splits = make_splits(queries, names=ecfg.splits, test_size=ecfg.test_size,
+                                 n_folds=ecfg.n_folds, random_state=self.config.seed)
         except LtrrError as exc:
             raise type(exc)(f"stage eval: {exc}") from None
         texts = self.texts() if any(ranker_tags(r).needs_text for r in rankers) else None
@@ -453,8 +453,8 @@ class Run:
         if summary_path.exists():
             nf = json.loads(summary_path.read_text()).get("noise_floor", {}).get("share_of_headroom", float("nan"))
         ev = evaluate_splits(U, splits, predictions, costs=self.pool.costs, no_retrieval=self.no_retrieval_arms()[0],
-                             queries=queries, gains=gains, noise_floor=nf, correction=ecfg["correction"],
-                             k=ecfg["k"], n_resamples=ecfg["n_bootstrap"], random_state=self.config.seed)
+                             queries=queries, gains=gains, noise_floor=nf, correction=ecfg.correction,
+                             k=ecfg.k, n_resamples=ecfg.n_bootstrap, random_state=self.config.seed)
         ev.meta["warnings"] = warned
         paths = write_report(ev, self.reports_dir)
         pdir = self.reports_dir / "plots"
@@ -473,7 +473,7 @@ class Run:
         """The ``[eval] retrieval_measures`` (default: nDCG@10, R@k at each arm's k, RR, P@1)."""
         from ltrr.eval.retrieval import expand_measures, parse_measures
 
-        names = self.config.eval.get("retrieval_measures") or None
+        names = self.config.eval.retrieval_measures or None
         ks = [a.k for a in self.pool.arms if not a.is_no_retrieval]
         try:
             out = expand_measures(names, ks)
@@ -512,7 +512,7 @@ class Run:
         results = pd.read_parquet(self.results_path)
         runs = {arm: results[results["arm"] == arm] for arm in self.pool.arm_names
                 if not self.pool.arm(arm).is_no_retrieval}
-        default = self.workdir / "models" / self.config.train["ranker"]
+        default = self.workdir / "models" / self.config.train.ranker
         folder_r = Path(router) if router else (default if (default / "router.json").is_file() else None)
         if folder_r is not None:
             from ltrr.eval.retrieval import route_batch, routed_results
@@ -523,7 +523,7 @@ class Run:
             choice = route_batch(model, pool, self.dataset.queries[["qid", "question"]], results)
             runs[f"routed-{model.ranker}"] = routed_results(results, choice.set_index("qid")["arm"])
         key = RunKey.of(self.fingerprint_of("retrieve") or "", self.dataset.queries, self.dataset.qrels,
-                        self.config.data["dataset"])
+                        self.config.data.dataset)
         return write_trec_runs(runs, folder, key, log=self.log)
 
 def _wide(scores: pd.DataFrame) -> pd.DataFrame:

@@ -159,10 +159,10 @@ def protocol_docs(run: Run, seeds: Sequence[int], *, force: bool = False, n_jobs
         replicate = pd.read_parquet(rep_path)
     docs = []
     for seed in seeds:
-        run.log(f"[protocol] seed {seed}: choosing on the design part ({p['design_size']:.0%}) by {p['n_folds']}-fold CV")
-        docs.append(run_protocol(run, design_size=p["design_size"], seed=seed, rankers=p["rankers"],
-                                 train_labels=p["train_labels"], feature_sets=p["feature_sets"] or None,
-                                 n_folds=p["n_folds"], routers=p["routers"], n_jobs=n_jobs or p["n_jobs"],
+        run.log(f"[protocol] seed {seed}: choosing on the design part ({p.design_size:.0%}) by {p.n_folds}-fold CV")
+        docs.append(run_protocol(run, design_size=p.design_size, seed=seed, rankers=p.rankers,
+                                 train_labels=p.train_labels, feature_sets=p.feature_sets or None,
+                                 n_folds=p.n_folds, routers=p.routers, n_jobs=n_jobs or p.n_jobs,
                                  replicate=replicate if seed == run.config.seed else None, force=force))
     return docs
 
@@ -190,7 +190,7 @@ def _policy_report(run: Run, done: dict) -> str | None:
     if done.get("policy") is None:
         return None
     return ("\nBudgeted routing policy (trained on the design part, measured on the test part):\n"
-            + budgets_markdown(done["policy"], run.config.policy["trainers"]))
+            + budgets_markdown(done["policy"], run.config.policy.trainers))
 
 
 def _train_hint(run: Run, done: dict) -> str | None:
@@ -207,7 +207,7 @@ def _headline_report(run: Run, done: dict) -> str:
 
 
 def _policy_enabled(run: Run) -> bool:
-    return bool(run.config.policy["enabled"])
+    return bool(run.config.policy.enabled)
 
 
 def _stage_policy(run: Run, options: StageOptions) -> dict | None:
@@ -245,7 +245,7 @@ def _stage_agent(run: Run, options: StageOptions) -> dict:
     from ltrr.agent.evaluate import evaluate_agent
     from ltrr.agent.stage import sft_policy
 
-    policy = run.config.agent["policy"]
+    policy = run.config.agent.policy
     if not policy:
         policy, _ = sft_policy(run, force=options.force, log=run.log, show_progress=progress_enabled())
     return evaluate_agent(run, policy=str(policy), show_progress=progress_enabled())
@@ -270,19 +270,19 @@ _register(Stage("features", "features", lambda run, o: run.stage_features(force=
 _register(Stage("eval", "eval", lambda run, o: run.stage_eval(force=o.force), lambda run: [run.reports_dir / "results.csv"],
                 inputs=lambda run: run.eval_fingerprint()))
 _register(Stage("train", "train", lambda run, o: run.stage_train(force=o.force),
-                lambda run: [run.workdir / "models" / run.config.train["ranker"] / "router.json"],
-                inputs=lambda run: run.train_fingerprint(), record=lambda run: f"train-{run.config.train['ranker']}"))
+                lambda run: [run.workdir / "models" / run.config.train.ranker / "router.json"],
+                inputs=lambda run: run.train_fingerprint(), record=lambda run: f"train-{run.config.train.ranker}"))
 _register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report=_policy_report,
                 configured=_policy_enabled, inputs=_policy_fingerprint))
 _register(Stage("context", "context run", _stage_context, lambda run: [run.workdir / "context" / "agents.csv"],
-                report=_context_report, configured=lambda run: bool(run.config.context["enabled"])))
+                report=_context_report, configured=lambda run: bool(run.config.context.enabled)))
 def _agent_outputs(run: Run) -> list[Path]:
-    policy = run.config.agent["policy"]
+    policy = run.config.agent.policy
     return [run.workdir / "agent" / f"eval-{Path(policy).name if policy else 'sft'}" / "eval.json"]
 
 
 _register(Stage("agent", "agent sft + agent eval", _stage_agent, _agent_outputs, report=_agent_report,
-                configured=lambda run: bool(run.config.agent["enabled"])))
+                configured=lambda run: bool(run.config.agent.enabled)))
 _register(Stage("headline", "protocol",
                 lambda run, o: protocol_docs(run, [run.config.seed], force=o.force)[0],
                 lambda run: [run.workdir / "protocol" / f"seed-{run.config.seed}" / "headline.json"],

@@ -11,8 +11,10 @@ seeded partition as `ltrr protocol`), so the policy is judged on queries no choi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -51,24 +53,24 @@ def _latency(run, n: int = 10) -> dict[str, float]:
 def arm_costs(run, labels: pd.DataFrame) -> tuple[dict[str, float], dict]:
     """``arm -> cost`` by ``[policy] cost``, and a record of how it was measured."""
     pcfg = run.config.policy
-    if pcfg["cost"] == "config":
+    if pcfg.cost == "config":
         costs = {a.name: float(a.cost) for a in run.pool.arms}
         return costs, {"cost": "config", "costs": costs}
-    if pcfg["cost"] != "tokens":
-        raise ConfigError(f"[policy] cost must be 'config' or 'tokens', got {pcfg['cost']!r}")
+    if pcfg.cost != "tokens":
+        raise ConfigError(f"[policy] cost must be 'config' or 'tokens', got {pcfg.cost!r}")
     if "prompt_tokens" not in labels.columns:
         raise ConfigError("[policy] cost = 'tokens' needs the labels' prompt_tokens; relabel with this ltrr")
     tokens = labels.groupby("arm")["prompt_tokens"].mean()
     nr = run.no_retrieval_arms()[0]
     added = (tokens - tokens[nr]).clip(lower=0.0)
     lat = _latency(run)
-    costs = {a: float(added.get(a, 0.0) + pcfg["latency_weight"] * lat[a]) for a in run.pool.arm_names}
+    costs = {a: float(added.get(a, 0.0) + pcfg.latency_weight * lat[a]) for a in run.pool.arm_names}
     return costs, {"cost": "tokens", "costs": costs, "added_prompt_tokens": added.to_dict(),
-                   "latency_seconds": lat, "latency_weight": pcfg["latency_weight"]}
+                   "latency_seconds": lat, "latency_weight": pcfg.latency_weight}
 
 
 def _states(run, raw, pcfg):
-    if pcfg["representation"] != "lm":
+    if pcfg.representation != "lm":
         return None, None
     from ltrr.config import backend_settings
     from ltrr.generation import make_generator
@@ -77,9 +79,9 @@ def _states(run, raw, pcfg):
     gcfg = backend_settings(run.config.generation)
     q = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
     t0 = time.perf_counter()
-    states = question_states(make_generator(gcfg), [q[str(i)] for i in raw.qids], pooling=pcfg["pooling"],
+    states = question_states(make_generator(gcfg), [q[str(i)] for i in raw.qids], pooling=pcfg.pooling,
                              cache_dir=run.workdir / "policy")
-    return states, {"generator": gcfg, "pooling": pcfg["pooling"], "seconds": round(time.perf_counter() - t0, 1)}
+    return states, {"generator": gcfg, "pooling": pcfg.pooling, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None, seed: int | None = None):
@@ -87,10 +89,16 @@ def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None, seed
 
     pcfg = run.config.policy
     seed = run.config.seed if seed is None else seed
-    ltr = run.make_router("ltrr", run.config.train["ranker"]).get_params()
-    return PolicyRouter(budget, costs=costs, representation=pcfg["representation"], trainer=trainer,
-                        ltr=ltr, policy_params=pcfg["params"], n_folds=pcfg["n_folds"],
+    ltr = run.make_router("ltrr", run.config.train.ranker).get_params()
+    return PolicyRouter(budget, costs=costs, representation=pcfg.representation, trainer=trainer,
+                        ltr=ltr, policy_params=pcfg.params, n_folds=pcfg.n_folds,
                         lm=lm, random_state=seed)
+
+
+def _set_policy(run, **changes) -> None:
+    # the run goes on with these [policy] settings (its later stages and fingerprints see them):
+    # a config is frozen, so the run's is replaced by one with a new [policy] section
+    run.config = dataclasses.replace(run.config, policy=dataclasses.replace(run.config.policy, **changes))
 
 
 def policy_dir(run, budget: float, representation: str, trainer: str) -> Path:
@@ -101,25 +109,24 @@ def train_policy(run, budget: float | None = None, *, representation: str | None
                  trainer: str | None = None) -> Path:
     """Fit one policy (budget in cost units; default ``[policy] budget`` x the top cost) on every
     labelled query and save it; returns its folder."""
-    pcfg = dict(run.config.policy)
     if representation:
-        pcfg["representation"] = representation
-    run.config.policy = pcfg
-    trainer = trainer or pcfg["trainers"][0]
+        _set_policy(run, representation=representation)
+    pcfg = run.config.policy
+    trainer = trainer or pcfg.trainers[0]
     labels, raw = run.training_inputs("policy")
     costs, record = arm_costs(run, labels)
     if budget is None:
-        budget = pcfg["budget"] * max(costs.values())
+        budget = pcfg.budget * max(costs.values())
     groups = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["group"] \
         if "group" in run.dataset.queries else None
     states, lm = _states(run, raw, pcfg)
     t0 = time.perf_counter()
     pol = _router(run, budget, costs, trainer, lm).fit(raw, labels, groups=groups, question_states=states)
     seconds = time.perf_counter() - t0
-    out = pol.save(policy_dir(run, budget, pcfg["representation"], trainer))
+    out = pol.save(policy_dir(run, budget, pcfg.representation, trainer))
     write_text_atomic(out / "training.json", json.dumps({"seconds": round(seconds, 2), "costs": record,
                                                          "queries": pol.n_train_queries_, "lm": lm}, indent=1) + "\n")
-    run.log(f"[policy] trained {pcfg['representation']}/{trainer} at budget {budget:g} on "
+    run.log(f"[policy] trained {pcfg.representation}/{trainer} at budget {budget:g} on "
             f"{pol.n_train_queries_} queries in {seconds:.1f}s -> {out}")
     return out
 
@@ -140,26 +147,25 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     from ltrr.policy.evaluate import budgets_markdown, evaluate_budgets, frame, plot_curves
     from ltrr.routers.reference import utility_frame
 
-    pcfg = dict(run.config.policy)
     if representation:
-        pcfg["representation"] = representation
+        _set_policy(run, representation=representation)
     if params:
-        pcfg["params"] = {**pcfg["params"], **params}
-    run.config.policy = pcfg
+        _set_policy(run, params={**run.config.policy.params, **params})
+    pcfg = run.config.policy
     seed = run.config.seed if seed is None else int(seed)
     inner_seed = seed if inner_seed is None else int(inner_seed)
-    fractions = list(fractions or pcfg["fractions"])
-    trainers = list(trainers or pcfg["trainers"])
+    fractions = list(fractions or pcfg.fractions)
+    trainers = list(trainers or pcfg.trainers)
     labels, raw = run.training_inputs("policy")
     costs, record = arm_costs(run, labels)
     queries = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
-    part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
+    part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol.design_size,
                                  random_state=seed)
     if on not in ("test", "design"):
         raise ConfigError(f"policy eval: on must be 'test' or 'design', got {on!r}")
     if on == "design":
         queries = queries[queries["qid"].astype(str).isin(set(map(str, part.train)))]
-        part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol["design_size"],
+        part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol.design_size,
                                      random_state=inner_seed)
         raw = raw.subset([str(q) for q in queries["qid"]])
         labels = labels[labels["qid"].astype(str).isin(set(queries["qid"].astype(str)))]
@@ -200,8 +206,8 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     doc = evaluate_budgets(make_policy, U.loc[train_ids].to_numpy(float), U.loc[test_ids].to_numpy(float),
                            np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run.no_retrieval_arms()[0],
                            fractions, trainers)
-    doc.update(costs_record=record, representation=pcfg["representation"], seed=seed,
-               first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on, params=pcfg["params"])
+    doc.update(costs_record=record, representation=pcfg.representation, seed=seed,
+               first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on, params=pcfg.params)
     if on == "design":
         doc["inner_seed"] = inner_seed
     out = eval_dir(run, pcfg, on, None if seed == run.config.seed else seed)
@@ -216,7 +222,7 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     return doc
 
 
-def eval_dir(run, pcfg: dict, on: str = "test", seed: int | None = None) -> Path:
+def eval_dir(run, pcfg: Mapping, on: str = "test", seed: int | None = None) -> Path:
     """``policy/eval-REPRESENTATION[-tokens][-design][-seedN]`` of the run's workdir (``-tokens``:
     ``[policy] cost = "tokens"``; N: a seed other than the run's), so no evaluation overwrites
     another's tables."""
@@ -229,8 +235,8 @@ def policy_fingerprint(run) -> str:
     labels, the features and the seed."""
     import hashlib
 
-    return hashlib.sha256(json.dumps({"policy": run.config.policy, "train": run.config.train,
-                                      "protocol": run.config.protocol, "label": run.fingerprint_of("label"),
+    return hashlib.sha256(json.dumps({"policy": run.config.policy.to_dict(), "train": run.config.train.to_dict(),
+                                      "protocol": run.config.protocol.to_dict(), "label": run.fingerprint_of("label"),
                                       "features": run.fingerprint_of("features"), "seed": run.config.seed},
                                      sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -239,7 +245,7 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
     """`ltrr run`'s policy stage (when ``[policy]`` is enabled): the evaluation over budgets, then
     the policy at ``[policy] budget`` trained on every labelled query. Skipped when unchanged."""
     pcfg = run.config.policy
-    if not pcfg["enabled"]:
+    if not pcfg.enabled:
         return None
     fp = policy_fingerprint(run)
     out = eval_dir(run, pcfg) / "eval.json"
@@ -247,8 +253,8 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
         run.log(f"[policy] skipped: inputs unchanged, evaluation in {out.parent}")
         return json.loads(out.read_text())
     t0 = time.perf_counter()
-    run.log(f"[policy] start: {pcfg['representation']} policies ({', '.join(pcfg['trainers'])}) at budgets "
-            f"{', '.join(f'{f:.0%}' for f in pcfg['fractions'])} of the top cost; train on the design part, "
+    run.log(f"[policy] start: {pcfg.representation} policies ({', '.join(pcfg.trainers)}) at budgets "
+            f"{', '.join(f'{f:.0%}' for f in pcfg.fractions)} of the top cost; train on the design part, "
             "measure on the test part")
     doc = evaluate_policy(run)
     folder = train_policy(run)

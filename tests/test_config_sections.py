@@ -1,0 +1,179 @@
+"""Typed config sections (ltrr._sections, ltrr.<package>.section): frozen, mapping-compatible,
+validated with the config's messages, and invisible in every fingerprint.
+
+The golden fingerprints below were computed at commit ef3fe6c, before the sections existed (the
+config then held plain dicts): a stage's input fingerprint and a saved artefact's config are
+built from `Config.to_dict` / `Config.fingerprint`, so these must never move.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ltrr._errors import ConfigError
+from ltrr._sections import Section, settings_of
+from ltrr.config import SCHEMA, Config, load_config, packaged_configs, section_classes, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name -> (Config.fingerprint(), sha256 of json.dumps(to_dict()) without sorting: the key order)
+GOLDEN = {
+    "demo": ("b1295b46fab0b4b0", "bdfb9f533cf74884"),
+    "demo-agent": ("a6b2ff5c232eb09b", "22e6aab04b22c70f"),
+    "demo-agent-gpu": ("7a723a267ec7e7a6", "c42a581feb726a6a"),
+    "demo-agent-unseen": ("2cae50d135111723", "c87647a435782005"),
+    "demo-full": ("44d59325de2cb375", "c9b8f83989f46a30"),
+    "demo-qwen": ("031d9cf9f4ea744a", "22ccb22f73756541"),
+    "demo-signal": ("e67e53d6389023cf", "bef6e89d62e9f5db"),
+}
+GOLDEN_DEMO_SECTIONS = {
+    "run": "49f5065b0e369522", "data": "1dddea9d98a3757f", "generation": "a6b8ac067754ab74",
+    "labels": "e8d858a5c9c5c4bd", "features": "163d25d523dcb43a", "train": "0b5f9d586ae92f49",
+    "eval": "f878c64fb794d3ab", "protocol": "8a8e7322e8737a0d", "policy": "ebd0481a142dda35",
+    "context": "64c7ebbe168bfba8", "agent": "dd618a34a18e652b",
+}
+# a config with the corners: backend keys in [generation], a [policy] table (enabled decided by
+# its presence), nested tables, lists
+EDGE = {
+    "run": {"name": "edge", "seed": 7, "workdir": "runs/x"},
+    "data": {"dataset": "demo", "exclude_qtypes": ["multihop"]},
+    "generation": {"backend": "openai", "model": "m", "base_url": "http://x", "temperature": 0.0,
+                   "context_budget": 256},
+    "policy": {"budget": 0.25, "params": {"n_steps": 3}},
+    "context": {"weights": {"keyword": 1.0}, "roles": {"planner": {"budget_offset": 16}}},
+    "agent": {"sft": {"epochs": 2}, "holdout_arms": ["bm25"]},
+    "train": {"params": {"lambdamart-listwise": {"n_estimators": 10}}},
+    "retrievers": {"bm25": {"type": "bm25"}},
+    "arms": [{"name": "none"}, {"name": "bm25", "retriever": "bm25", "k": 3}],
+}
+GOLDEN_EDGE = ("2bdd30d24cd8345a", "b9777fb79e4a5a09")
+
+
+def _order_hash(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(cfg.to_dict()).encode()).hexdigest()[:16]
+
+
+def _demo() -> dict:
+    return load_config("demo").to_dict()
+
+
+def test_golden_fingerprints_of_the_packaged_configs_did_not_move():
+    assert sorted(GOLDEN) == packaged_configs()
+    for name in packaged_configs():
+        cfg = load_config(name)
+        assert (cfg.fingerprint(), _order_hash(cfg)) == GOLDEN[name], name
+    cfg = load_config("demo")
+    assert {s: cfg.fingerprint(s) for s in GOLDEN_DEMO_SECTIONS} == GOLDEN_DEMO_SECTIONS
+
+
+def test_golden_fingerprint_of_a_config_with_every_corner():
+    cfg = validate(json.loads(json.dumps(EDGE)))
+    assert (cfg.fingerprint(), _order_hash(cfg)) == GOLDEN_EDGE
+    without = {k: v for k, v in json.loads(json.dumps(EDGE)).items() if k != "policy"}
+    assert cfg.policy.enabled is True and validate(without).policy.enabled is False
+    assert cfg.generation.extra == {"model": "m", "base_url": "http://x", "temperature": 0.0}
+    assert cfg.generation["model"] == "m" and "model" in cfg.generation and cfg.generation.context_budget == 256
+
+
+def test_schema_keeps_its_shape():
+    assert list(SCHEMA) == ["run", "data", "generation", "context", "agent", "labels", "features", "train",
+                            "eval", "protocol", "policy"]
+    assert SCHEMA["run"]["name"] == ((str,), ConfigError)
+    assert SCHEMA["policy"]["enabled"] == ((bool,), None)
+    assert SCHEMA["agent"]["alpha"] == ((float,), 0.2)
+    assert SCHEMA["eval"]["splits"] == ((list,), ["balanced", "leave-one-type-out"])
+    for name, cls in section_classes().items():
+        assert cls.TABLE == name and list(SCHEMA[name]) == [f.name for f in settings_of(cls)]
+
+
+@pytest.mark.parametrize("name", ["run", "data", "generation", "labels", "features", "train", "eval",
+                                  "protocol", "policy", "context", "agent"])
+def test_sections_are_frozen_mappings_that_round_trip(name):
+    cfg = validate(json.loads(json.dumps(EDGE)))
+    sec = getattr(cfg, name)
+    assert isinstance(sec, Section) and isinstance(sec, section_classes()[name])
+    key = next(iter(sec))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(sec, key, None)
+    for k in sec:  # attribute and mapping access agree
+        if k in {f.name for f in settings_of(sec)}:
+            assert getattr(sec, k) == sec[k] == sec.get(k)
+    assert dict(sec) == sec.to_dict() == cfg.to_dict()[name] and len(sec) == len(sec.to_dict())
+    again = type(sec).from_mapping(sec.to_dict(), name)
+    assert again == sec and again.to_dict() == sec.to_dict()
+    # a section owns copies: editing its to_dict leaves it unchanged
+    d = sec.to_dict()
+    for v in d.values():
+        if isinstance(v, (list, dict)):
+            v.clear()
+    assert sec.to_dict() == cfg.to_dict()[name]
+
+
+def test_the_config_is_frozen_and_changed_by_replace():
+    cfg = load_config("demo")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.policy = {}
+    new = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, representation="lm"))
+    assert new.policy.representation == "lm" and cfg.policy.representation == "features"
+    assert new.fingerprint("agent") == cfg.fingerprint("agent") and new.fingerprint("policy") != cfg.fingerprint("policy")
+
+
+@pytest.mark.parametrize("section,value,message", [
+    ("agent", {"kk": 1}, "unknown config key [agent].kk; allowed keys: alpha, "),
+    ("agent", {"k": "x"}, "config key [agent].k must be int, got str 'x'"),
+    ("agent", {"k": True}, "config key [agent].k must be int, got bool True"),
+    ("policy", {"budget": 1}, "config key [policy].budget must be float, got int 1"),
+    ("eval", {"splits": "balanced"}, "config key [eval].splits must be list, got str 'balanced'"),
+    ("run", {"seed": 1}, "config key [run].name is required"),
+    ("protocol", [1], "config key [protocol] must be a table, got list"),
+])
+def test_bad_input_gives_todays_one_line_messages(section, value, message):
+    data = _demo()
+    data[section] = value
+    with pytest.raises(ConfigError, match=r"^<dict>: " + __import__("re").escape(message)) as err:
+        validate(data)
+    assert "\n" not in str(err.value)
+
+
+def test_generation_is_open_and_other_sections_are_not():
+    open_ = [n for n, c in section_classes().items() if c.OPEN]
+    assert open_ == ["generation"]
+
+
+def test_the_sections_contract_lists_every_module_but_the_ground():
+    """setup.cfg's "sections" contract must forbid every module of ltrr but _errors and
+    _sections, so a new module cannot slip past it."""
+    cp = configparser.ConfigParser()
+    cp.read(ROOT / "setup.cfg")
+    listed = set(cp["importlinter:contract:sections"]["forbidden_modules"].split())
+    top = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / "ltrr").iterdir()
+           if (p.suffix == ".py" and p.stem != "__init__" and p.stem != "__main__")
+           or (p.is_dir() and (p / "__init__.py").exists())}
+    want = {"ltrr"} | {f"ltrr.{m}" for m in top - {"_errors", "_sections"}} \
+        | {f"ltrr.{m}.**" for m in top if (ROOT / "ltrr" / m / "__init__.py").exists()}
+    assert listed == want
+    for name in section_classes().values():
+        src = Path(sys.modules[name.__module__].__file__).read_text()
+        assert "import ltrr." not in src.replace("from ltrr._sections", "").replace("from ltrr._errors", "")
+
+
+def test_config_and_the_packages_above_import_in_any_order():
+    """No import cycle, whichever comes first; and loading a config stays light (no ranker, so
+    no scikit-learn: [train] is declared in ltrr.config for that reason)."""
+    code = ("import sys, {first}; import ltrr.config as c; c.load_config('demo'); "
+            "print(c.section_classes()['protocol'].__module__, 'sklearn' in sys.modules)")
+    for first in ("ltrr.config", "ltrr.eval", "ltrr.policy", "ltrr.agent", "ltrr.agent.section", "ltrr.eval.section"):
+        res = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.split() == ["ltrr.eval.section", "False"], res.stderr[-2000:]
+    res = subprocess.run([sys.executable, "-c", "import ltrr.rankers, ltrr.config as c; c.load_config('demo')"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+
