@@ -177,3 +177,40 @@ def test_config_and_the_packages_above_import_in_any_order():
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
 
+
+def test_a_field_flag_takes_its_type_help_and_unit_from_the_field(capsys):
+    import argparse
+
+    from ltrr.agent.section import AgentSection
+    from ltrr.cli._flags import FIELD_DEFAULT, add_field_flag
+    from ltrr.data.section import DataSection
+
+    p = argparse.ArgumentParser()
+    add_field_flag(p, AgentSection, "token_price", "--token-price", old=["--price"])
+    add_field_flag(p, DataSection, "n_per_type", "--n-per-type", default=FIELD_DEFAULT)
+    text = " ".join(p.format_help().split())
+    assert "cost of one injected token, in arm-cost units per token (default: [agent] token_price)" in text
+    assert "(default: 200, as [data] n_per_type)" in text and "--price" not in text
+    args = p.parse_args(["--token-price", "0.5"])
+    assert args.token_price == 0.5 and isinstance(args.token_price, float) and args.n_per_type == 200
+    assert p.parse_args(["--price", "1"]).token_price == 1.0
+    assert "--price is deprecated; use --token-price" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="AgentSection has no key 'nope'"):
+        add_field_flag(p, AgentSection, "nope", "--nope")
+    with pytest.raises(ValueError, match=r"\[agent\] holdout_arms is a list"):
+        add_field_flag(p, AgentSection, "holdout_arms", "--holdout-arms")
+
+
+def test_the_cli_help_shows_the_fields_units(capsys):
+    from ltrr.cli import build_parser
+
+    p = build_parser()
+    with pytest.raises(SystemExit):
+        p.parse_args(["context", "run", "-h"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--token-budget TOKEN_BUDGET base token budget B, in tokens (default: [context] base_budget)" in text
+    with pytest.raises(SystemExit):
+        p.parse_args(["agent", "eval", "-h"])
+    assert "test questions (default: [agent] n_eval)" in " ".join(capsys.readouterr().out.split())
+    assert p.parse_args(["data", "build", "demo"]).seed == 13
+    assert p.parse_args(["agent", "train", "c", "--alpha", "0.3"]).alpha == 0.3

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from ltrr._errors import LtrrError
 from ltrr._version import __version__
-from ltrr.cli._flags import add_renamed
+from ltrr.cli._flags import FIELD_DEFAULT, add_field_flag, add_renamed
+from ltrr.config import TrainSection
+from ltrr.data.section import DataSection
 
 EXIT_USER_ERROR = 2
 
@@ -222,7 +224,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run = Run(cfg, log=_log)
-    ranker = args.ranker or cfg.train["ranker"]
+    ranker = args.ranker or cfg.train.ranker
     from ltrr.rankers import rankers
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
@@ -296,7 +298,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from ltrr.pipeline import Run
 
         run = Run(load_config(args.config), log=_log)
-        generator, template = run.make_generator(), run.config.generation["template"]
+        generator, template = run.make_generator(), run.config.generation.template
         packing = packing_from_config(run.config.generation, run.config.context)
     _log(f"[serve] loading {args.model_dir}; listening on http://{args.host}:{args.port}/v1")
     serve(args.model_dir, host=args.host, port=args.port, generator=generator, template=template, packing=packing,
@@ -347,7 +349,7 @@ def cmd_protocol(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run = Run(cfg, log=_log)
-    seeds = [cfg.seed] + [int(s) for s in cfg.protocol["seeds"] if int(s) != cfg.seed]
+    seeds = [cfg.seed] + [int(s) for s in cfg.protocol.seeds if int(s) != cfg.seed]
     _out(protocol_summary(protocol_docs(run, seeds, force=args.force, n_jobs=args.n_jobs)))
     return 0
 
@@ -439,14 +441,16 @@ def build_parser() -> argparse.ArgumentParser:
     b = dsub.add_parser("build", help="build a named dataset (demo) offline")
     b.add_argument("name", help="dataset to build: demo")
     b.add_argument("--out", help="output folder (default: data/built/NAME)")
-    b.add_argument("--seed", type=int, default=13)
-    b.add_argument("--n-per-type", type=int, default=200)
-    b.add_argument("--n-noanswer", type=int, default=200)
-    b.add_argument("--n-multihop", type=int, default=300, help="two-hop bridge questions (at most; the corpus "
-                   "gives fewer)")
-    b.add_argument("--grow-per-type", type=int, default=0, help="a second round: this many more of each "
-                   "generated type, from unused documents (the first round is unchanged)")
-    b.add_argument("--grow-noanswer", type=int, default=0, help="a second round: this many more noanswer questions")
+    add_field_flag(b, DataSection, "build_seed", "--seed", default=FIELD_DEFAULT)
+    add_field_flag(b, DataSection, "n_per_type", "--n-per-type", default=FIELD_DEFAULT)
+    add_field_flag(b, DataSection, "n_noanswer", "--n-noanswer", default=FIELD_DEFAULT)
+    add_field_flag(b, DataSection, "n_multihop", "--n-multihop", default=FIELD_DEFAULT,
+                   help="two-hop bridge questions (at most; the corpus gives fewer)")
+    add_field_flag(b, DataSection, "grow_per_type", "--grow-per-type", default=FIELD_DEFAULT,
+                   help="a second round: this many more of each generated type, from unused documents (the "
+                        "first round is unchanged)")
+    add_field_flag(b, DataSection, "grow_noanswer", "--grow-noanswer", default=FIELD_DEFAULT,
+                   help="a second round: this many more noanswer questions")
     b.add_argument("--force", action="store_true", help="rebuild even if up to date")
     b.add_argument("--config", help="config whose pool measures the datasheet's recall (default: demo)")
     b.add_argument("--datasheet", help="also splice the datasheet into this Markdown file (e.g. data/README.md)")
@@ -473,8 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--no-cache", action="store_true", help="bypass the generation cache")
     lb.add_argument("--force", action="store_true", help="relabel even if up to date")
     lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed")
-    add_renamed(lb, "--questions", ["--max-queries"], type=int, metavar="N",
-                help="label a seeded, type-stratified sample of N questions")
+    add_field_flag(lb, DataSection, "max_queries", "--questions", old=["--max-queries"], metavar="N",
+                   help="label a seeded, type-stratified sample of N questions")
     lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")
     lb.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: generate on Dask workers (the dist extra)")
     lb.add_argument("--scheduler-timeout", type=float, default=30.0,
@@ -502,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train an LTR router on all labelled queries and save it")
     tr.add_argument("config")
-    tr.add_argument("--ranker", help="ranker name (default: [train] ranker)")
+    add_field_flag(tr, TrainSection, "ranker", "--ranker", help="ranker name")
     tr.add_argument("--force", action="store_true", help="retrain even if up to date")
     tr.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: train lambdamart-listwise or xgboost-pairwise/-listwise on Dask (the dist extra)")
     tr.set_defaults(func=cmd_train)

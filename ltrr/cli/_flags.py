@@ -3,6 +3,10 @@
 ``--part design|test`` (was ``--on``), ``--questions N`` (was ``--n``, ``--max-queries``),
 ``--cost-budget`` and ``--token-budget(s)`` (were ``--budget``, ``--budgets``,
 ``--context-budget``). An old name parses as before and prints one deprecation line on stderr.
+
+A flag that sets a config key is made from that key's field (`add_field_flag`): its type, help
+and unit come from the section that owns the key (`ltrr._sections`), so the flag and the config
+say the same thing in the same unit.
 """
 
 from __future__ import annotations
@@ -12,7 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_renamed"]
+from ltrr._sections import Section, settings_of
+
+__all__ = ["add_renamed", "add_field_flag", "FIELD_DEFAULT"]
+
+# `add_field_flag(default=FIELD_DEFAULT)`: the flag's default is the field's own (a command that
+# reads no config, as `ltrr data build`)
+FIELD_DEFAULT = object()
 
 
 class _OldName(argparse.Action):
@@ -41,3 +51,59 @@ def add_renamed(parser: argparse.ArgumentParser, new: str, old: Sequence[str], *
         target.add_argument(name, dest=action.dest, action=_OldName, new=new, help=argparse.SUPPRESS,
                             default=argparse.SUPPRESS, **same)
     return action
+
+
+def add_field_flag(parser: argparse.ArgumentParser, section: type[Section], key: str, flag: str, *,
+                   old: Sequence[str] = (), default: Any = None, **overrides: Any) -> argparse.Action:
+    """Add flag ``flag`` that sets config key ``key`` of ``section``, typed and documented by the field.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        Where the flag goes.
+    section : type of Section
+        The section class that owns the key (`ltrr.agent.section.AgentSection`, ...).
+    key : str
+        The key (a field of ``section``).
+    flag : str
+        The flag's name (``--questions``).
+    old : sequence of str
+        Deprecated names of the flag (`add_renamed`).
+    default : object, default None
+        None: the config's value applies (the help says ``(default: [table] key)``);
+        `FIELD_DEFAULT`: the field's default, for a command that reads no config; else the value.
+    **overrides
+        ``add_argument`` keyword arguments over those of the field (``help`` replaces the
+        field's text, ``metavar``, ``choices``, ...).
+
+    Returns
+    -------
+    argparse.Action
+        The flag's action.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from ltrr.agent.section import AgentSection
+    >>> p = argparse.ArgumentParser()
+    >>> _ = add_field_flag(p, AgentSection, "max_obs_tokens", "--max-obs-tokens")
+    >>> p.parse_args(["--max-obs-tokens", "64"]).max_obs_tokens
+    64
+    >>> "in tokens (default: [agent] max_obs_tokens)" in " ".join(p.format_help().split())
+    True
+    """
+    fields = {f.name: f for f in settings_of(section)}
+    if key not in fields:
+        raise ValueError(f"{section.__name__} has no key {key!r}; its keys: {', '.join(fields)}")
+    meta = fields[key].metadata
+    if meta["type"] not in (int, float, str):
+        raise ValueError(f"[{section.TABLE}] {key} is a {meta['type'].__name__}: give the flag its own type and "
+                         "parsing instead")
+    text = overrides.pop("help", meta["help"])
+    unit = f", in {meta['unit']}" if meta["unit"] else ""
+    if default is FIELD_DEFAULT:
+        default = meta["default"]
+    where = f"[{section.TABLE}] {key}"
+    text += f"{unit} (default: {where})" if default is None else f"{unit} (default: {default}, as {where})"
+    kwargs = {"type": meta["type"], "default": default, "help": text, **overrides}
+    return add_renamed(parser, flag, old, **kwargs)

@@ -7,7 +7,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ltrr.cli._flags import add_renamed
+from ltrr.agent.section import AgentSection
+from ltrr.cli._flags import add_field_flag
 
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
@@ -21,14 +22,14 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e = asub.add_parser("eval", help="roll out a policy on the test part against single-round routing")
     e.add_argument("config")
     e.add_argument("--policy", help="a policy folder (default: [agent] policy, else the generator's model)")
-    add_renamed(e, "--questions", ["--n"], type=int, help="test questions (default: [agent] n_eval)")
+    add_field_flag(e, AgentSection, "n_eval", "--questions", old=["--n"], help="test questions")
     e.add_argument("--holdout", action="store_true", help="put [agent] holdout_arms in the prompt too")
     e.set_defaults(func=lambda a: _eval(a, log, out))
     t = asub.add_parser("train", help="GRPO: train the policy on design-part rollouts (TRL; needs ltrr[rl])")
     t.add_argument("config")
     t.add_argument("--from", dest="start", help="the starting policy (default: <workdir>/agent/policies/sft)")
     t.add_argument("--steps", type=int, help="optimiser steps (default: [agent] grpo.steps)")
-    t.add_argument("--alpha", type=float, help="weight of the cost reward (default: [agent] alpha)")
+    add_field_flag(t, AgentSection, "alpha", "--alpha", help="weight of the cost reward")
     t.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/grpo-a<alpha>)")
     t.add_argument("--resume", metavar="DIR", help="resume from a run exported by `ltrr agent export` (a committed "
                    "checkpoint) when --out has no newer one")
@@ -90,7 +91,7 @@ def _train(args: argparse.Namespace, log, out) -> int:
     from ltrr.agent.run import agent_dir
 
     run = _run(args, log)
-    alpha = run.config.agent["alpha"] if args.alpha is None else args.alpha
+    alpha = run.config.agent.alpha if args.alpha is None else args.alpha
     start = args.start or agent_dir(run) / "policies" / "sft"
     folder = args.out or agent_dir(run) / "policies" / f"grpo-a{alpha:g}"
     rec = run_grpo(run, start, folder, steps=args.steps, alpha=alpha, log=log, show_progress=progress_enabled(),

@@ -7,7 +7,8 @@ import argparse
 from collections.abc import Callable
 
 from ltrr._errors import ConfigError
-from ltrr.cli._flags import add_renamed
+from ltrr.cli._flags import add_field_flag, add_renamed
+from ltrr.packing.section import ContextSection
 
 
 def _budgets(text: str) -> list[int]:
@@ -40,8 +41,7 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     k.add_argument("config")
     add_renamed(k, "--token-budgets", ["--budgets"], default="128,256,512",
                 help="token budgets, comma-separated (default 128,256,512)")
-    k.add_argument("--selector", default=None,
-                   help="the selector whose packings --answer answers (default: [context] selector)")
+    add_field_flag(k, ContextSection, "selector", "--selector", help="the selector whose packings --answer answers")
     k.add_argument("--selectors", default="knapsack,greedy,greedy-skip",
                    help="selectors compared, comma-separated (default knapsack,greedy,greedy-skip; "
                         "--selector is added when missing)")
@@ -55,9 +55,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
                    help="comma-separated, among full-context, static, rcr-oneshot, rcr-iterative "
                         "(default: [context] strategies)")
     r.add_argument("--questions", type=int, default=60, help="questions of the protocol's test part (default 60)")
-    r.add_argument("--rounds", type=int, default=None, help="rounds T, 1 to 3 (default: [context] rounds)")
-    add_renamed(r, "--token-budget", ["--budget"], type=int, default=None,
-                help="base token budget B (default: [context] base_budget)")
+    add_field_flag(r, ContextSection, "rounds", "--rounds", help="rounds T, 1 to 3")
+    add_field_flag(r, ContextSection, "base_budget", "--token-budget", old=["--budget"], help="base token budget B")
     r.add_argument("--qtype", default=None, help="only questions of this query type")
     r.add_argument("--part", choices=["test", "design"], default="test",
                    help="the protocol's test part (default), or its design part, where budgets are chosen")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ltrr.cli._flags import add_renamed
+from ltrr.cli._flags import add_field_flag, add_renamed
+from ltrr.config import RunSection
+from ltrr.policy.section import PolicySection
 
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
@@ -16,17 +18,17 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     t.add_argument("config")
     add_renamed(t, "--cost-budget", ["--budget"], type=float, required=True, metavar="C",
                 help="average cost per query, in the arms' cost units")
-    t.add_argument("--representation", choices=["features", "lm"], help="default: [policy] representation")
+    add_field_flag(t, PolicySection, "representation", "--representation", choices=["features", "lm"])
     t.add_argument("--trainer", choices=["grpo", "exact"], help="default: the first of [policy] trainers")
     t.set_defaults(func=lambda a: _train(a, log, out))
     e = psub.add_parser("eval", help="cost-utility curve over budgets against the baselines (table and PNG)")
     e.add_argument("config")
-    e.add_argument("--representation", choices=["features", "lm"], help="default: [policy] representation")
+    add_field_flag(e, PolicySection, "representation", "--representation", choices=["features", "lm"])
     add_renamed(e, "--part", ["--on"], choices=["test", "design"], default="test",
                 help="test: train on the design part, measure on the test part (default); design: train and "
                      "measure inside the design part (to choose settings; the test part is not read)")
-    e.add_argument("--seed", type=int, help="partition, folds and head seed (default: the run's seed), as the seeds "
-                                            "of [protocol] seeds; another seed's tables go to their own folder")
+    add_field_flag(e, RunSection, "seed", "--seed", help="partition, folds and head seed, as the seeds of [protocol] "
+                                                          "seeds; another seed's tables go to their own folder")
     e.set_defaults(func=lambda a: _eval(a, log, out))
 
 
@@ -52,7 +54,7 @@ def _eval(args: argparse.Namespace, log, out) -> int:
 
     run = _run(args, log)
     doc = evaluate_policy(run, representation=args.representation, on=args.part, seed=args.seed)
-    out(budgets_markdown(doc, run.config.policy["trainers"]))
+    out(budgets_markdown(doc, run.config.policy.trainers))
     for p in doc["plots"]:
         out(f"plot:   {p}")
     return 0
