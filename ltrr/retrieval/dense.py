@@ -16,7 +16,9 @@ searches run on it; the index saved to disk is always the CPU one.
 On disk: ``params.json`` (parameters, encoder identity), ``embeddings.npy`` (one row per
 document, corpus order), ``docids.json``, ``index.faiss`` and the shared ``passages.parquet``.
 `DenseRetriever.doc_embeddings` reads rows of ``embeddings.npy`` so rerankers and features reuse
-them instead of encoding again.
+them instead of encoding again. The passage embeddings themselves come from
+`ltrr.retrieval.corpus_embeddings`: encoded once per (encoder, corpus), then found in the data
+root's cache or in the package's prebuilt matrix.
 """
 
 from __future__ import annotations
@@ -140,11 +142,12 @@ class DenseRetriever(Retriever):
     # ---- building ----------------------------------------------------------------------
     def _build(self, docids, texts, show_progress):
         self.validate_params()
+        from ltrr.retrieval.corpus_embeddings import corpus_embeddings
+
         enc = self._encoder()
-        emb = enc.encode_passages(
-            texts.tolist(), batch_size=self.batch_size, show_progress=show_progress
-        )
-        emb = np.ascontiguousarray(emb, dtype=np.float32)
+        # encoded once per (encoder, corpus): from the data root's cache or the package's
+        # prebuilt matrix when the key matches, else encoded now and cached
+        emb = corpus_embeddings(enc, texts.tolist(), batch_size=self.batch_size, show_progress=show_progress)
         self.index_ = self._make_index(emb)
         self.embeddings_ = emb
         self.encoder_identity_ = enc.identity
