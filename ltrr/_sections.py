@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -112,8 +113,13 @@ def section(table: str, *, open: bool = False):
     return wrap
 
 
-def settings_of(cls: type[Section] | Section) -> tuple[dataclasses.Field, ...]:
+def settings_of(cls: Any) -> tuple[dataclasses.Field, ...]:
     """The fields of a section (class or instance) that are config keys, in the table's order."""
+    return _settings(cls if isinstance(cls, type) else type(cls))
+
+
+@functools.cache
+def _settings(cls: Any) -> tuple[dataclasses.Field, ...]:
     return tuple(f for f in dataclasses.fields(cls) if "type" in f.metadata)
 
 
@@ -197,8 +203,7 @@ class Section(Mapping):
         return getattr(self, "extra", {}) if self.OPEN else {}
 
     def __getitem__(self, key: str) -> Any:
-        f = self.__dataclass_fields__.get(key)
-        if f is not None and "type" in f.metadata:
+        if any(f.name == key for f in settings_of(self)):
             return getattr(self, key)
         extra = self._extra()
         if key in extra:

@@ -214,3 +214,14 @@ def test_the_cli_help_shows_the_fields_units(capsys):
     assert "test questions (default: [agent] n_eval)" in " ".join(capsys.readouterr().out.split())
     assert p.parse_args(["data", "build", "demo"]).seed == 13
     assert p.parse_args(["agent", "train", "c", "--alpha", "0.3"]).alpha == 0.3
+
+
+def test_a_config_pickles_and_copies():
+    """Parallel steps (``[protocol] n_jobs``) send the run, its config included, to other processes."""
+    import copy
+    import pickle
+
+    cfg = validate(json.loads(json.dumps(EDGE)))
+    for again in (pickle.loads(pickle.dumps(cfg)), copy.deepcopy(cfg)):
+        assert again.fingerprint() == cfg.fingerprint() and again.generation.extra == cfg.generation.extra
+        assert type(again.agent) is type(cfg.agent)

@@ -245,7 +245,7 @@ def _stage_agent(run: Run, options: StageOptions) -> dict:
     from ltrr.agent.evaluate import evaluate_agent
     from ltrr.agent.stage import sft_policy
 
-    policy = run.config.agent.policy
+    policy: str | Path = run.config.agent.policy
     if not policy:
         policy, _ = sft_policy(run, force=options.force, log=run.log, show_progress=progress_enabled())
     return evaluate_agent(run, policy=str(policy), show_progress=progress_enabled())
