@@ -129,28 +129,22 @@ class GenerationCache:
     def conn(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                conn = sqlite3.connect(
-                    str(self.path),
-                    timeout=self.timeout,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                # NORMAL is durable against a crash of the process (what SIGKILL is) in WAL mode;
-                # only a power loss may lose the last commits, which then simply miss.
-                conn.execute("PRAGMA synchronous = NORMAL")
-                conn.executescript(_SCHEMA)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-            except sqlite3.DatabaseError as exc:
-                raise ConfigError(
-                    f"cannot open the generation cache {str(self.path)!r} ({exc}); delete the "
-                    "file or point the cache to another path"
-                ) from None
+            deadline = time.monotonic() + self.timeout
+            pause = 0.01
+            while True:
+                try:
+                    conn, mode = self._open()
+                    break
+                except sqlite3.OperationalError as exc:
+                    # Several processes creating the file at once: switching a new database to
+                    # WAL takes an exclusive lock, and SQLite answers "database is locked" at once
+                    # (without its busy handler) to the loser; it succeeds once the winner is done.
+                    if "locked" not in str(exc) or time.monotonic() >= deadline:
+                        raise self._unusable(exc) from None
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+                except sqlite3.DatabaseError as exc:
+                    raise self._unusable(exc) from None
             if str(mode).lower() != "wal":
                 raise ConfigError(
                     f"the generation cache {str(self.path)!r} cannot use WAL mode (got {mode!r}); "
@@ -158,6 +152,27 @@ class GenerationCache:
                 )
             self._conn, self._pid = conn, os.getpid()
         return self._conn
+
+    def _open(self) -> tuple[sqlite3.Connection, str]:
+        conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            # NORMAL is durable against a crash of the process (what SIGKILL is) in WAL mode;
+            # only a power loss may lose the last commits, which then simply miss.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except BaseException:
+            conn.close()
+            raise
+        return conn, mode
+
+    def _unusable(self, exc: Exception) -> ConfigError:
+        return ConfigError(
+            f"cannot open the generation cache {str(self.path)!r} ({exc}); delete the "
+            "file or point the cache to another path"
+        )
 
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
