@@ -261,7 +261,7 @@ def _writer(path: str, worker: int, n: int) -> None:
 def _opener(path: str, barrier) -> None:
     barrier.wait()
     cache = GenerationCache(path, timeout=30)
-    cache.conn
+    assert cache.journal_mode == "wal"  # opens the connection
     cache.close()
 
 
