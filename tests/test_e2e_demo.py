@@ -11,8 +11,8 @@ import os
 
 import pandas as pd
 import pytest
-
 from _data_root import data_root_lock
+
 from ltrr.cli import main
 
 pytestmark = pytest.mark.slow
