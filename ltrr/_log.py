@@ -36,8 +36,20 @@ class _StdoutHandler(logging.StreamHandler):
         pass
 
 
+def _in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel: IPython's shell is the kernel's ZMQ shell (an
+    ``ipykernel`` merely imported, as nbclient's users do, is not a notebook)."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    try:
+        shell = get() if get is not None else None
+    except Exception:  # an IPython without a shell
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def _interactive() -> bool:
-    if "ipykernel" in sys.modules:
+    if _in_notebook():
         return True
     try:
         return sys.stderr.isatty()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -285,6 +286,28 @@ def test_progress_bars_follow_the_terminal_and_the_level(monkeypatch):
     monkeypatch.setattr(_log.logger, "level", logging.INFO)
     monkeypatch.setattr(_log, "_interactive", lambda: False)
     assert not _log.progress_enabled()  # redirected to a file
+
+
+def test_an_imported_ipykernel_is_not_a_notebook(monkeypatch):
+    """A process that imported ipykernel (as an earlier notebook test in the same pytest worker
+    may) but runs no kernel stays quiet off a terminal; inside a kernel's shell it draws."""
+    import types
+
+    from ltrr import _log
+
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not _log._interactive()
+
+    class ZMQInteractiveShell:  # the kernel's shell class, by name
+        pass
+
+    fake = types.ModuleType("IPython")
+    fake.get_ipython = lambda: ZMQInteractiveShell()
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    assert _log._interactive()
+    fake.get_ipython = lambda: None  # IPython imported, no shell running
+    assert not _log._interactive()
 
 
 def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
