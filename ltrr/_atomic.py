@@ -1,4 +1,5 @@
-"""Atomic writes: a temporary file in the same folder, then a rename over the target.
+"""Atomic writes: a temporary file in the same folder, then a rename over the target; and
+`sha256_file`, the checksum the saved artefacts are checked with.
 
 On the ground floor, so every floor writes its files through it (`ltrr.data.io` re-exports
 `write_text_atomic` and `write_table_atomic`).
@@ -7,6 +8,7 @@ On the ground floor, so every floor writes its files through it (`ltrr.data.io` 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import uuid
@@ -18,6 +20,7 @@ if TYPE_CHECKING:  # pandas is imported by the caller that hands over a table
     import pandas as pd
 
 __all__ = [
+    "sha256_file",
     "atomic_path",
     "write_bytes_atomic",
     "write_json_atomic",
@@ -78,3 +81,9 @@ def write_table_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False)
     return Path(path)
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read in blocks (`hashlib.file_digest`), as hex."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -34,7 +34,6 @@ maps any raw table to ``X``. Its fitted state is plain arrays, saved as JSON plu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -46,7 +45,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ltrr._atomic import write_json_atomic
+from ltrr._atomic import sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.features.raw import RAW_VERSION, QueryRaw, RawFeatures
@@ -70,10 +69,6 @@ __all__ = [
 
 FORMAT_VERSION = 1
 META_FILE = "pipeline.json"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class FeaturePipeline(TransformerMixin, BaseEstimator):
@@ -354,7 +349,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             files = {}
             for name, arr in arrays.items():
                 np.save(stage / name, np.asarray(arr, dtype=np.float64), allow_pickle=False)
-                files[name] = _sha256(stage / name)
+                files[name] = sha256_file(stage / name)
             (path / META_FILE).unlink(missing_ok=True)
             for name in files:
                 os.replace(stage / name, path / name)
@@ -425,7 +420,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             f = path / name
             if not f.is_file():
                 raise DataError(f"{path}: missing {name}; the saved pipeline is incomplete")
-            if _sha256(f) != digest:
+            if sha256_file(f) != digest:
                 raise DataError(f"{f}: checksum mismatch; the file changed since it was saved")
             arrays[name] = np.load(f, allow_pickle=False)
         p = meta["params"]

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltrr._atomic import atomic_path
+from ltrr._atomic import atomic_path, sha256_file
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr._registry import Registry
 
@@ -158,14 +158,6 @@ def _part_files(model: PackagedModel) -> list[Path]:
     return [p for _, p in numbered]
 
 
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _mismatch(model: PackagedModel, got: str) -> DataError:
     return DataError(
         f"model {model.name!r}: sha256 {got[:16]}... does not match the pinned {model.sha256[:16]}...; "
@@ -237,7 +229,7 @@ def _verified_in_place(model: PackagedModel, path: Path) -> Path:
     st = path.stat()
     key = (str(path), st.st_mtime, st.st_size)
     if key not in _VERIFIED:
-        got = _sha256_of(path)
+        got = sha256_file(path)
         if got != model.sha256:
             raise _mismatch(model, got)
         _VERIFIED[key] = True

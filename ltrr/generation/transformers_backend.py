@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ltrr._atomic import sha256_file
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr.generation.base import DecodingParams, Generation, Generator
 
@@ -40,11 +41,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     with _HASH_LOCK:
         if key in _HASHES:
             return _HASHES[key]
-    h = hashlib.sha256()
-    with open(real, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
+    digest = sha256_file(real)
     with _HASH_LOCK:
         _HASHES[key] = digest
     return digest

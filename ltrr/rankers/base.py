@@ -30,7 +30,6 @@ qid=qid, groups=qid)`` routes it to ``fit`` and to `ndcg_scorer` once routing is
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -41,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from ltrr._atomic import write_json_atomic
+from ltrr._atomic import sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers._validation import RankerParameterError, check_qid
@@ -60,14 +59,6 @@ def group_slices(qid: np.ndarray) -> dict[Any, np.ndarray]:
     for i, q in enumerate(qid.tolist()):
         order.setdefault(q, []).append(i)
     return {q: np.asarray(ix, dtype=np.int64) for q, ix in order.items()}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class BaseRanker(BaseEstimator):
@@ -154,7 +145,7 @@ class BaseRanker(BaseEstimator):
         try:
             state = self._save(stage)
             files = {
-                f.relative_to(stage).as_posix(): _sha256(f)
+                f.relative_to(stage).as_posix(): sha256_file(f)
                 for f in sorted(stage.rglob("*"))
                 if f.is_file()
             }
@@ -230,7 +221,7 @@ class BaseRanker(BaseEstimator):
             f = path / rel
             if not f.is_file():
                 raise DataError(f"{path}: model file {rel!r} is missing; re-save the ranker")
-            if _sha256(f) != digest:
+            if sha256_file(f) != digest:
                 raise DataError(
                     f"{f}: contents changed after the ranker was saved (SHA-256 mismatch); "
                     "re-save or retrain the ranker"

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ltrr._atomic import atomic_path, write_json_atomic
+from ltrr._atomic import atomic_path, sha256_file, write_json_atomic
 from ltrr._errors import DataError, NotBuiltError
 from ltrr.data.io import data_root
 
@@ -86,14 +86,6 @@ def cache_folder() -> Path:
 
 def _prebuilt_folder() -> Path:
     return Path(str(importlib.resources.files("ltrr") / "prebuilt"))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def prebuilt_embeddings(key: str) -> tuple[Path, dict] | None:
@@ -167,7 +159,7 @@ def corpus_embeddings(
         path, meta = shipped
         if not path.is_file():
             raise NotBuiltError(f"prebuilt embeddings {path} are missing (its sidecar names key {key})")
-        if _sha256(path) != meta.get("sha256"):
+        if sha256_file(path) != meta.get("sha256"):
             raise DataError(f"prebuilt embeddings {path} do not match the sha256 in {path.with_suffix('.json').name}; "
                             "the file is corrupt: reinstall ltrr")
         emb = _load(path, len(texts))
@@ -211,6 +203,6 @@ def export_prebuilt(name: str, key: str, *, dest: str | Path | None = None, enco
         np.save(tmp, np.ascontiguousarray(emb, dtype=np.float32), allow_pickle=False)
     write_json_atomic(out.with_suffix(".json"), {
         "key": key, "encoder_identity": encoder_identity, "shape": list(emb.shape),
-        "sha256": _sha256(out), "made_by": "ltrr index (ltrr.retrieval.corpus_embeddings.corpus_embeddings)",
+        "sha256": sha256_file(out), "made_by": "ltrr index (ltrr.retrieval.corpus_embeddings.corpus_embeddings)",
     }, indent=1)
     return out
