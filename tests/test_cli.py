@@ -189,6 +189,16 @@ def test_empty_query(env, capsys, text):
     assert "empty" in _err(capsys)
 
 
+def test_index_of_a_missing_dataset_folder_is_one_clear_error(env, capsys):
+    """`ltrr index` runs the data stage first: a dataset folder that does not exist (and names no
+    builder) is one error line and exit 2, with no index written."""
+    cfg, _ = _tiny(env)
+    cfg.write_text(cfg.read_text().replace(str(env / "tiny"), str(env / "nowhere")))
+    assert main(["index", str(cfg)]) == 2
+    assert "does not exist" in _err(capsys)
+    assert not (env / "data" / "indexes").exists()
+
+
 def test_bad_config_key(env, capsys):
     cfg, _ = _tiny(env)
     cfg.write_text(cfg.read_text().replace("[run]", "[run]\nseeed = 3"))

@@ -28,7 +28,7 @@ def demo_run():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # the demo and its indexes live in the shared data root: built under its lock, then only read
     with data_root_lock():
-        assert main(["data", "build", "demo", "--no-datasheet"]) == 0
+        # `ltrr index` builds the config's dataset first (the demo names a builder), as `ltrr run` does
         assert main(["index", "demo"]) == 0
     run = Run(load_config("demo"), log=lambda m: None)
     pool = run.pool.load(run.index_dir)

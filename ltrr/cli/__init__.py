@@ -138,8 +138,11 @@ def cmd_index(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
 
+    from ltrr.pipeline.stages import StageOptions, stages
+
     run = Run(load_config(args.config), log=_log)
-    run.stage_index()
+    for name in ("data", "index"):  # a config that names a builder (demo) is built first, as `ltrr run` does
+        stages.get(name).execute(run, StageOptions())
     return 0
 
 
@@ -412,7 +415,7 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     run = Run(load_config(args.config), log=_log)
     options = StageOptions(force=args.force)
     done: dict = {}
-    for name in ("index", "retrieve"):  # retrieval needs the indexes: built once, kept when unchanged
+    for name in ("data", "index", "retrieve"):  # the dataset and indexes first: built once, kept when unchanged
         done[name] = stages.get(name).execute(run, options)
     text = stages.get("retrieve").report(run, done)
     if text is not None:
