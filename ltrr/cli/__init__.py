@@ -137,7 +137,6 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
-
     from ltrr.pipeline.stages import StageOptions, stages
 
     run = Run(load_config(args.config), log=_log)
