@@ -146,7 +146,7 @@ def test_sft_and_eval_end_to_end(project, capsys):
 
 
 @pytest.mark.slow
-def test_bad_agent_input_is_one_line(project, capsys):
+def test_bad_agent_input_is_one_line(project, capsys, monkeypatch):
     from ltrr.cli import main
 
     root, cfg, tiny = project
@@ -182,6 +182,24 @@ def test_bad_agent_input_is_one_line(project, capsys):
     assert main(["agent", "sft", str(cfg)]) == 2
     assert "max_examples must be a positive int" in capsys.readouterr().err
     cfg.write_text(base)
+    # the LTRR baseline's feature tables missing: the evaluation stops before any rollout, not
+    # after them (it once decoded for an hour, then failed)
+    raw = Run(load_config(str(cfg))).features_dir / "raw.parquet"
+    moved = raw.with_name("raw.parquet.away")
+    raw.rename(moved)
+    import ltrr.agent.batching
+
+    def no_rollouts(*a, **k):
+        raise AssertionError("rolled out before checking its inputs")
+
+    monkeypatch.setattr(ltrr.agent.batching, "rollout_many", no_rollouts)
+    try:
+        assert main(["agent", "eval", str(cfg), "--questions", "2"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "needs features/ag/raw.parquet, the output of stage features" in err[0]
+        assert not list((root / "ag" / "agent").glob("eval-*/eval.json"))
+    finally:
+        moved.rename(raw)
 
 
 @pytest.mark.slow

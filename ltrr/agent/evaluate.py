@@ -139,6 +139,9 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     from ltrr.eval.stats import paired_wilcoxon
 
     acfg = run.config.agent
+    # the LTRR baseline reads the run's feature tables after the rollouts: fail before them, not
+    # after an hour of decoding
+    run.need("agent eval", run.features_dir / "raw.parquet", "features")
     labels = labels_table(run)
     design, test = partition(run)
     qids = select_questions(run.dataset.queries, test, int(n or acfg.n_eval), run.config.seed)
