@@ -14,7 +14,17 @@ once built it is only read.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Under pytest-xdist every core runs a worker; each worker's torch, BLAS and OpenMP pools would
+# otherwise start one thread per core too, oversubscribing the machine. Set before any test
+# module imports torch (results do not depend on thread counts: tests/test_pipeline_e2e.py and
+# tests/test_cpu_kernels.py check that in subprocesses with their own settings).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 
 @pytest.fixture(scope="module")

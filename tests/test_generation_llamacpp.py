@@ -35,7 +35,10 @@ OTHER = [{"role": "user", "content": "Document 1: The Kesh River flows 410 kilom
 def gen():
     from ltrr.generation.llamacpp_backend import LlamaCppGenerator
 
-    return LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=2)
+    # one thread: under the parallel suite every core runs a worker, and llama.cpp's spinning
+    # threads slow to a crawl when they outnumber the free cores (results do not depend on it:
+    # the next-but-one test compares 1 and 2 threads)
+    return LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=1)
 
 
 def test_greedy_generation_reads_the_passage(gen):
@@ -52,8 +55,8 @@ def test_an_answer_does_not_depend_on_the_call_before_it_or_the_threads(gen):
     first = gen.generate([RAG], params)[0].text
     gen.generate([OTHER], params)  # another prompt in the KV cache, sharing the template's head
     again = gen.generate([RAG, RAG], params)
-    one_thread = LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=1).generate([RAG], params)[0].text
-    assert [g.text for g in again] == [first, first] and one_thread == first
+    two_threads = LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=2).generate([RAG], params)[0].text
+    assert [g.text for g in again] == [first, first] and two_threads == first
     a = gen.score([RAG], [" Canberra"])[0].extra["token_logprobs"]
     gen.score([OTHER], [" 410 kilometres"])
     assert gen.score([RAG], [" Canberra"])[0].extra["token_logprobs"] == a

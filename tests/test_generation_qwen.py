@@ -29,7 +29,7 @@ def test_the_larger_packaged_models_answer_when_installed(name):
     model = packaged_models.get(name)
     if importlib.util.find_spec(model.packages[0][2]) is None:
         pytest.skip(f"{name} is not installed ({model.pip_command()})")
-    gen = LlamaCppGenerator(name, n_ctx=1024, n_threads=2)
+    gen = LlamaCppGenerator(name, n_ctx=1024, n_threads=1)
     out = gen.generate([RAG], DecodingParams(max_new_tokens=16))[0]
     assert out.ok and "Canberra" in out.text
     assert gen.identity.split(":")[2] == model.sha256[:16]
@@ -54,7 +54,7 @@ def test_a_sample_of_the_committed_generations_regenerates_identically(tmp_path)
     model = packaged_models.get("qwen2.5-coder-0.5b")
     if importlib.util.find_spec(model.packages[0][2]) is None:
         pytest.skip(f"the generations were made by qwen2.5-coder-0.5b, not installed ({model.pip_command()})")
-    gen = LlamaCppGenerator("qwen2.5-coder-0.5b", n_ctx=2048)
+    gen = LlamaCppGenerator("qwen2.5-coder-0.5b", n_ctx=2048, n_threads=1)  # outputs do not depend on threads
     sample = [json.loads(line) for line in (root / "demo-qwen-regeneration-sample.jsonl").read_text().splitlines()]
     # a copy: opening a cache sets WAL mode, which would rewrite the tracked checkpoint file
     copy = tmp_path / "checkpoint.sqlite"
