@@ -110,6 +110,11 @@ def _load(path: Path, n: int) -> np.ndarray | None:
     return np.ascontiguousarray(emb)
 
 
+def _save(path: Path, emb: np.ndarray) -> None:
+    with atomic_path(path, suffix=".npy") as tmp:
+        np.save(tmp, emb, allow_pickle=False)
+
+
 def corpus_embeddings(
     encoder: Any, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False,
     use_cache: bool = True, log=None,
@@ -143,9 +148,12 @@ def corpus_embeddings(
     """
     texts = [str(t) for t in texts]
     say = log or (lambda m: None)
+    def encode() -> np.ndarray:
+        out = encoder.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
     if not use_cache:
-        return np.ascontiguousarray(encoder.encode_passages(texts, batch_size=batch_size,
-                                                            show_progress=show_progress), dtype=np.float32)
+        return encode()
     key = corpus_key(encoder, texts, batch_size)
     cached = cache_folder() / f"{key}.npy"
     if cached.is_file():
@@ -167,10 +175,8 @@ def corpus_embeddings(
             raise DataError(f"prebuilt embeddings {path}: not a float32 matrix of shape {meta.get('shape')}")
         say(f"passage embeddings from the shipped {path.name}")
         return emb
-    emb = np.ascontiguousarray(encoder.encode_passages(texts, batch_size=batch_size,
-                                                       show_progress=show_progress), dtype=np.float32)
-    with atomic_path(cached, suffix=".npy") as tmp:
-        np.save(tmp, emb, allow_pickle=False)
+    emb = encode()
+    _save(cached, emb)
     return emb
 
 
@@ -199,8 +205,7 @@ def export_prebuilt(name: str, key: str, *, dest: str | Path | None = None, enco
     emb = np.load(src, allow_pickle=False)
     folder = Path(dest) if dest is not None else _prebuilt_folder()
     out = folder / f"{name}{_SUFFIX}.npy"
-    with atomic_path(out, suffix=".npy") as tmp:
-        np.save(tmp, np.ascontiguousarray(emb, dtype=np.float32), allow_pickle=False)
+    _save(out, np.ascontiguousarray(emb, dtype=np.float32))
     write_json_atomic(out.with_suffix(".json"), {
         "key": key, "encoder_identity": encoder_identity, "shape": list(emb.shape),
         "sha256": sha256_file(out), "made_by": "ltrr index (ltrr.retrieval.corpus_embeddings.corpus_embeddings)",
