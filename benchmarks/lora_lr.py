@@ -94,10 +94,10 @@ def run_rate(config: str, rate: float, steps: int, heldout: float, n_rollouts: i
     from ltrr.agent.batching import raise_on_model_errors, rollout_many
     from ltrr.agent.evaluate import design_normaliser
     from ltrr.agent.lora import load_policy
+    from ltrr.agent.rewards import outcome_reward
     from ltrr.agent.run import agent_dir, gold_answers, make_loop
     from ltrr.agent.sft import SFTSpec, train_sft
     from ltrr.agent.trajectory import score_trajectories
-    from ltrr.agent.rewards import outcome_reward
     from ltrr.config import load_config
     from ltrr.data.io import write_text_atomic
     from ltrr.pipeline import Run
