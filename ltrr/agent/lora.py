@@ -35,9 +35,10 @@ AdamW's two moments, 29.7 MB at rank 8 (``optimizer.pt`` measured at 19,879,375 
 enough to commit; (4) dropout 0: GRPO's
 log-probabilities must be those of the sampling policy, and a resumed run then repeats an
 uninterrupted one exactly. Not measured here: the rank's or the placement's effect on the
-router's reward, and the learning rate; the same study puts LoRA's best rate about 10 times
-full fine-tuning's, and ``[agent] sft``/``grpo``'s ``learning_rate`` were set for full
-fine-tuning.
+router's reward. The learning rate: the same study puts LoRA's best rate about 10 times full
+fine-tuning's; SFT's (2e-3, ``SFTSpec``) was chosen on held-out design scripts
+(``benchmarks/lora_lr.py``); GRPO's ``learning_rate`` was set for full fine-tuning and is not
+yet chosen for LoRA.
 """
 
 from __future__ import annotations
