@@ -27,11 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # name -> (Config.fingerprint(), sha256 of json.dumps(to_dict()) without sorting: the key order)
 GOLDEN = {
     "demo": ("b1295b46fab0b4b0", "bdfb9f533cf74884"),
-    # the three agent configs moved on purpose once since (session 16): demo-agent's [agent] sft
-    # learning_rate 1e-4 -> 2e-3, LoRA's rate chosen on design scripts (benchmarks/lora_lr.py)
-    "demo-agent": ("4e773320a03dd089", "4aa26da341cd014d"),
-    "demo-agent-gpu": ("1c8b1d71072e3709", "440129c51a7ca8b4"),
-    "demo-agent-unseen": ("bffa514296667642", "8f1b729bcb80c92c"),
+    # the three agent configs moved on purpose since (session 16): the LoRA learning rates,
+    # [agent] sft 1e-4 -> 2e-3 (chosen on design scripts, benchmarks/lora_lr.py) and [agent] grpo
+    # 1e-5 -> 1e-4 (ltrr.agent.grpo.GRPOSpec)
+    "demo-agent": ("d82aea5ebd10e7f1", "e67064425683c3e2"),
+    "demo-agent-gpu": ("6de5c87f034ed1dc", "264aac686535bd96"),
+    "demo-agent-unseen": ("ffbc9c890e76a2b1", "878c490b2a54ea8b"),
     "demo-full": ("44d59325de2cb375", "c9b8f83989f46a30"),
     "demo-qwen": ("031d9cf9f4ea744a", "22ccb22f73756541"),
     "demo-signal": ("e67e53d6389023cf", "bef6e89d62e9f5db"),

@@ -37,8 +37,8 @@ log-probabilities must be those of the sampling policy, and a resumed run then r
 uninterrupted one exactly. Not measured here: the rank's or the placement's effect on the
 router's reward. The learning rate: the same study puts LoRA's best rate about 10 times full
 fine-tuning's; SFT's (2e-3, ``SFTSpec``) was chosen on held-out design scripts
-(``benchmarks/lora_lr.py``); GRPO's ``learning_rate`` was set for full fine-tuning and is not
-yet chosen for LoRA.
+(``benchmarks/lora_lr.py``); GRPO's (1e-4, ``GRPOSpec``) is ten times the rate set for full
+fine-tuning, by that ratio, not chosen on GRPO runs.
 """
 
 from __future__ import annotations
