@@ -101,8 +101,8 @@ class SFTSpec:
         AdamW's peak rate (linear warm-up, then linear decay). The default is LoRA's, chosen on
         demo-agent-unseen's held-out design scripts from {3e-4, 1e-3, 2e-3}
         (``benchmarks/lora_lr.py``: after 10 steps only 2e-3 wrote the format, 94% of rollouts
-        valid, held-out loss 0.25 against 0.51 and 1.21); full fine-tuning wants about a tenth
-        of it (demo-agent's full SFT used 1e-4).
+        valid, held-out loss 0.25 against 0.51 and 1.21); demo-agent's full fine-tuning used a
+        twentieth of it (1e-4).
     max_examples : int
         Design questions scripted: usable ``multihop`` ones first (at most half), then a
         type-stratified, seeded sample of the others.
