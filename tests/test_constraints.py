@@ -36,47 +36,33 @@ def _env_extras() -> list[str]:
     return m.group(1).split(",")
 
 
-def _requirements() -> set[str]:
-    """What `make env` installs from setup.cfg: the requirements and the Makefile's extras (an
-    opt-in extra, such as the 1.5B model's parts, is not installed and pins its own versions)."""
+def _setup_cfg_requirements(extras: list[str] | None = None) -> list[Requirement]:
+    """setup.cfg's requirements that apply here (markers evaluated) and those of ``extras``
+    (None: every extra), the package's own name left out (an extra may name its other extras)."""
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
+    table = cfg["options.extras_require"]
     lines = cfg["options"]["install_requires"].splitlines()
-    extras = cfg["options.extras_require"]
-    for extra in _env_extras():
-        lines += extras[extra].splitlines()
-    names = set()
-    for line in lines:
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        req = Requirement(line)
-        if req.marker is None or req.marker.evaluate():
-            names.add(canonicalize_name(req.name))
-    return names - {"ltrr"}  # an extra may name the package's own other extras
+    for extra in table if extras is None else extras:
+        lines += table[extra].splitlines()
+    reqs = [Requirement(ln.split("#")[0].strip()) for ln in lines if ln.split("#")[0].strip()]
+    return [r for r in reqs if (r.marker is None or r.marker.evaluate()) and canonicalize_name(r.name) != "ltrr"]
 
 
 def test_every_dependency_of_setup_cfg_is_pinned():
+    # what `make env` installs: the requirements and the Makefile's extras (an opt-in extra, such
+    # as the 1.5B model's parts, is not installed and pins its own versions)
     pins = _pins()
-    missing = sorted(_requirements() - set(pins))
+    missing = sorted({canonicalize_name(r.name) for r in _setup_cfg_requirements(_env_extras())} - set(pins))
     assert not missing, f"add these to constraints.txt (`make constraints`): {missing}"
 
 
 def test_pins_satisfy_setup_cfg():
     pins = _pins()
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    for extra in cfg["options.extras_require"].values():
-        lines += extra.splitlines()
-    for line in lines:
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        req = Requirement(line)
+    for req in _setup_cfg_requirements():
         name = canonicalize_name(req.name)
-        if name in pins and (req.marker is None or req.marker.evaluate()):
-            assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} breaks {line!r}"
+        if name in pins:
+            assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} breaks {str(req)!r}"
 
 
 def test_every_env_install_uses_the_constraints():
