@@ -189,6 +189,22 @@ def test_empty_query(env, capsys, text):
     assert "empty" in _err(capsys)
 
 
+def test_label_builds_what_it_needs_first(env, monkeypatch):
+    """On a fresh clone `ltrr label CONFIG` runs the data, index and retrieve stages before it
+    labels (as `ltrr retrieve` does): a config naming the demo builder used to fail with "dataset
+    folder data/built/demo does not exist"."""
+    from ltrr import pipeline
+
+    cfg, _ = _tiny(env)
+    order = []
+    monkeypatch.setattr(pipeline.Run, "stage_data", lambda self, force=False: order.append("data"))
+    monkeypatch.setattr(pipeline.Run, "stage_index", lambda self: order.append("index"))
+    monkeypatch.setattr(pipeline.Run, "stage_retrieve", lambda self, force=False: order.append("retrieve"))
+    monkeypatch.setattr(pipeline.Run, "stage_label", lambda self, **kw: order.append("label"))
+    assert main(["label", str(cfg)]) == 0
+    assert order == ["data", "index", "retrieve", "label"]
+
+
 def test_index_of_a_missing_dataset_folder_is_one_clear_error(env, capsys):
     """`ltrr index` runs the data stage first: a dataset folder that does not exist (and names no
     builder) is one error line and exit 2, with no index written."""

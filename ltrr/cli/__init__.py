@@ -172,6 +172,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_label(args: argparse.Namespace) -> int:
     from ltrr.config import load_config, validate
     from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import StageOptions, stages
 
     if args.scheduler:
         from ltrr.dist import check_scheduler
@@ -183,7 +184,8 @@ def cmd_label(args: argparse.Namespace) -> int:
         d["data"]["max_queries"] = args.questions
         cfg = validate(d, cfg.source)
     run = Run(cfg, log=_log)
-    run.stage_retrieve()
+    for name in ("data", "index", "retrieve"):  # as `ltrr retrieve`: a fresh clone's label builds what it needs
+        stages.get(name).execute(run, StageOptions())
     shard = None
     if args.shard:
         try:
