@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 
 import pytest
 
@@ -39,11 +40,14 @@ def _records(n=5):
     return out
 
 
-def test_write_read_import_roundtrip(tmp_path):
-    p = tmp_path / "x-generations.jsonl.gz"
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.xz"])
+def test_write_read_import_roundtrip(tmp_path, suffix):
+    p = tmp_path / f"x-generations{suffix}"
     side = write_prebuilt(_records(), p, meta={"made_by": "test"})
-    again = write_prebuilt(_records(), tmp_path / "y-generations.jsonl.gz")
+    again = write_prebuilt(_records(), tmp_path / f"y-generations{suffix}")
     assert side["sha256"] == again["sha256"]  # deterministic bytes
+    assert (tmp_path / "x-generations.json").is_file()
+    assert (gzip.decompress if suffix == ".jsonl.gz" else lzma.decompress)(p.read_bytes()).count(b"\n") == 5
     assert len(read_prebuilt(p)) == 5
     with GenerationCache(tmp_path / "c.sqlite") as cache:
         assert import_prebuilt(p, cache) == 5
@@ -52,17 +56,32 @@ def test_write_read_import_roundtrip(tmp_path):
     assert all(old == new for _, old, new in regenerate_sample(p, Upper(), n=3))
 
 
-def test_tampered_file_is_refused(tmp_path):
-    p = tmp_path / "x-generations.jsonl.gz"
+@pytest.mark.parametrize("codec", [gzip, lzma], ids=["gz", "xz"])
+def test_tampered_file_is_refused(tmp_path, codec):
+    p = tmp_path / f"x-generations.jsonl.{'gz' if codec is gzip else 'xz'}"
     write_prebuilt(_records(), p)
-    rows = gzip.decompress(p.read_bytes()).decode().splitlines()
+    rows = codec.decompress(p.read_bytes()).decode().splitlines()
     rows[0] = rows[0].replace("QUESTION", "ANSWER")
     assert "ANSWER" in rows[0]
-    p.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    p.write_bytes(codec.compress(("\n".join(rows) + "\n").encode()))
     with pytest.raises(DataError, match=r"sha256 .* does not match"):
         read_prebuilt(p)
     with pytest.raises(NotBuiltError, match=r"no prebuilt generation cache"):
         read_prebuilt(tmp_path / "none-generations.jsonl.gz")
+
+
+def test_a_prebuilt_name_of_another_format_is_refused(tmp_path, capsys):
+    """A prebuilt cache is .jsonl.xz or .jsonl.gz: another name is one error, writing nothing,
+    and `ltrr cache export` says so before it reads the run."""
+    from ltrr.cli import main
+
+    with pytest.raises(DataError, match=r"\.jsonl\.xz or \.jsonl\.gz file"):
+        write_prebuilt(_records(), tmp_path / "x-generations.jsonl")
+    assert list(tmp_path.iterdir()) == []
+    assert main(["cache", "export", "packaged:demo", str(tmp_path / "x.zip")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must end in .jsonl.xz or .jsonl.gz" in err[0]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_entry_whose_key_does_not_match_is_refused(tmp_path):

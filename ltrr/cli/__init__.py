@@ -361,7 +361,7 @@ def cmd_protocol(args: argparse.Namespace) -> int:
 def cmd_cache_merge(args: argparse.Namespace) -> int:
     from ltrr.data.io import data_root
     from ltrr.generation.cache import GenerationCache
-    from ltrr.generation.prebuilt import import_prebuilt
+    from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt
 
     into = Path(args.into) if args.into else data_root() / "cache" / "generations.sqlite"
     for src in args.sources:  # check every source before writing anything
@@ -369,7 +369,7 @@ def cmd_cache_merge(args: argparse.Namespace) -> int:
             raise LtrrError(f"no generation cache at {src}")
     with GenerationCache(into) as cache:
         for src in args.sources:
-            if str(src).endswith(".jsonl.gz"):
+            if str(src).endswith(SUFFIXES):
                 added = import_prebuilt(src, cache)
                 _log(f"{src}: {added} generations added (a prebuilt export, sha256 verified)")
             else:
@@ -382,8 +382,11 @@ def cmd_cache_merge(args: argparse.Namespace) -> int:
 
 def cmd_cache_export(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
+    from ltrr.generation.prebuilt import SUFFIXES
     from ltrr.pipeline import Run
 
+    if not args.out.endswith(SUFFIXES):  # before the run is read: a bad name costs nothing
+        raise LtrrError(f"the export's name must end in {' or '.join(SUFFIXES)}, got {args.out!r}")
     run = Run(load_config(args.config), log=_log)
     side = run.export_generations(Path(args.out))
     _out(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
@@ -496,10 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     cs.set_defaults(func=cmd_cache_stats)
     ce = csub.add_parser("export", help="export the generations a labelled run used, as a prebuilt cache")
     ce.add_argument("config")
-    ce.add_argument("out", help="output .jsonl.gz (a .json checksum is written beside it)")
+    ce.add_argument("out", help="output .jsonl.xz (smallest) or .jsonl.gz; a .json checksum is written beside it")
     ce.set_defaults(func=cmd_cache_export)
     cm = csub.add_parser("merge", help="copy the rows of other caches (e.g. shards labelled on other machines) into this one")
-    cm.add_argument("sources", nargs="+", help="cache files (.sqlite) or prebuilt exports (.jsonl.gz)")
+    cm.add_argument("sources", nargs="+", help="cache files (.sqlite) or prebuilt exports (.jsonl.xz, .jsonl.gz)")
     cm.add_argument("--into", help="cache to merge into (default: data/cache/generations.sqlite)")
     cm.set_defaults(func=cmd_cache_merge)
 

@@ -34,7 +34,7 @@ class GenerationSection(Section):
     chunk_size: int = setting(int, 8, help="prompts sent to the generator together")
     max_prompt_tokens: int = setting(int, 0, help="prompt length cap (0: the model's context minus "
                                                   "max_new_tokens)", unit="tokens")
-    prebuilt: str = setting(str, "", help="a packaged prebuilt cache (ltrr/prebuilt/NAME-generations.jsonl.gz)")
+    prebuilt: str = setting(str, "", help="a packaged prebuilt cache (ltrr/prebuilt/NAME-generations.jsonl.xz or .jsonl.gz)")
     context_budget: int = setting(int, 0, help="answers read the top routed arms' passages packed into this "
                                                "many tokens (0: no packing; settings in [context])", unit="tokens")
     extra: dict = dataclasses.field(default_factory=dict)
