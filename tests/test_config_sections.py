@@ -30,9 +30,10 @@ GOLDEN = {
     # the three agent configs moved on purpose since (session 16): the LoRA learning rates,
     # [agent] sft 1e-4 -> 2e-3 (chosen on design scripts, benchmarks/lora_lr.py) and [agent] grpo
     # 1e-5 -> 1e-4 (ltrr.agent.grpo.GRPOSpec)
-    "demo-agent": ("d82aea5ebd10e7f1", "e67064425683c3e2"),
-    "demo-agent-gpu": ("6de5c87f034ed1dc", "264aac686535bd96"),
-    "demo-agent-unseen": ("ffbc9c890e76a2b1", "878c490b2a54ea8b"),
+    # and again (session 17): [generation] prebuilt = "demo-agent", the shipped generations
+    "demo-agent": ("00270b10f8bc34dd", "f10575a494326245"),
+    "demo-agent-gpu": ("367c4bf91c2f1cb5", "e202223a9b0de968"),
+    "demo-agent-unseen": ("f2a141c7df54fba3", "4a4cc7bb37681c52"),
     "demo-full": ("44d59325de2cb375", "c9b8f83989f46a30"),
     "demo-qwen": ("031d9cf9f4ea744a", "22ccb22f73756541"),
     "demo-signal": ("e67e53d6389023cf", "bef6e89d62e9f5db"),

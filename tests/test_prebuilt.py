@@ -95,13 +95,14 @@ def test_entry_whose_key_does_not_match_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_shipped_demo_cache_regenerates_with_the_default_generator():
-    """A random sample of the shipped demo generations, regenerated here, gives the same text."""
+@pytest.mark.parametrize("name", ["demo", "demo-agent"])
+def test_shipped_demo_cache_regenerates_with_the_default_generator(name):
+    """A random sample of each shipped generation cache, regenerated here, gives the same text."""
     from ltrr.generation import make_generator
 
-    path = prebuilt_path("demo")
-    side = json.loads(path.with_name("demo-generations.json").read_text())
-    assert side["made_by"] == "ltrr label" and side["rows"] > 1000
+    path = prebuilt_path(name)
+    side = json.loads(path.with_name(f"{name}-generations.json").read_text())
+    assert side["made_by"] == "ltrr label" and side["rows"] > 1000 and side["config"] == f"packaged:{name}"
     same = regenerate_sample(path, make_generator({}), n=4, seed=20261122)
     assert [old for _, old, _ in same] == [new for _, _, new in same]
 
