@@ -93,6 +93,9 @@ def main() -> None:
                                                             if qtype[x] == t]))} for t in types}
     doc["calls_all_arms"] = {k: dict(Counter(s.arm for t in trajs[k].values() for s in t.searches if s.valid))
                              for k in trajs}
+    shown = {a: v for a, v in power.items() if a not in held}
+    best_shown = {t: max(((a, v[t]) for a, v in shown.items() if t in v and not np.isnan(v[t])),
+                         key=lambda av: (av[1], av[0]), default=(None, None)) for t in types}
     for arm in held:
         spec = pool.arm(arm)
         family = [a.name for a in pool.arms if a.name not in held and a.retriever == spec.retriever
@@ -109,12 +112,19 @@ def main() -> None:
                           "calls": sum(called[x] for x in sel),
                           "design_mean_utility": power.get(arm, {}).get(t),
                           "family_design_mean_utility": power.get(family[0], {}).get(t) if family else None,
-                          "family_strong": t in fam_types, "own_strong": t in own_types}
+                          "family_strong": t in fam_types, "own_strong": t in own_types,
+                          # the strongest seen arm the prompt shows on this type (design-part means):
+                          # an arm that is never above it has no type on which the prompt makes it the pick
+                          "best_shown_arm": best_shown[t][0], "best_shown_design_mean": best_shown[t][1]}
 
         def share(sel, called=called):
             return {"n": len(sel), "questions_calling": sum(called[x] > 0 for x in sel)}
 
+        below = [t for t in types if by_type[t]["design_mean_utility"] is not None
+                 and by_type[t]["best_shown_design_mean"] is not None
+                 and by_type[t]["design_mean_utility"] < by_type[t]["best_shown_design_mean"]]
         doc["arms"][arm] = {
+            "types_below_best_shown_arm": below,
             "calls": sum(called.values()), "questions_calling": sum(v > 0 for v in called.values()),
             "family_arm": family[0] if family else None, "family_strong_types": fam_types,
             "own_strong_types": own_types, "by_type": by_type,
@@ -138,17 +148,21 @@ def main() -> None:
                   f"Called {a['calls']} time(s), on {a['questions_calling']} of {doc['n']} questions. "
                   f"Family arm {a['family_arm']!r} is shown as strongest on {a['family_strong_types']}; "
                   f"{arm}'s own design-part strongest types (never shown): {a['own_strong_types']}.", "",
+                  f"On {len(a['types_below_best_shown_arm'])} of {len(types)} question types its own design-part "
+                  "mean is below the strongest arm the prompt shows on that type (last columns).", "",
                   "| where | questions | calling it |", "|---|---|---|"]
         for key in ("on_family_strong_types", "on_other_types_than_family_strong", "on_own_strong_types",
                     "where_label_best", "where_not_label_best"):
             lines.append(f"| {key.replace('_', ' ')} | {a[key]['n']} | {a[key]['questions_calling']} |")
         lines += ["", f"| type | n | calling {arm} | calls | {arm} design mean | {a['family_arm']} design mean "
-                  f"| family-strong | own-strong | {metric} with | {metric} without |", "|---" * 10 + "|"]
+                  f"| family-strong | own-strong | {metric} with | {metric} without | strongest shown arm "
+                  "| its design mean |", "|---" * 12 + "|"]
         for t, r in a["by_type"].items():
             ob = doc["outcome_by_type"][t]
             lines.append(f"| {t} | {r['n']} | {r['questions_calling']} | {r['calls']} | {_fmt(r['design_mean_utility'])} "
                          f"| {_fmt(r['family_design_mean_utility'])} | {'yes' if r['family_strong'] else ''} "
-                         f"| {'yes' if r['own_strong'] else ''} | {ob['with']:.3f} | {ob['without']:.3f} |")
+                         f"| {'yes' if r['own_strong'] else ''} | {ob['with']:.3f} | {ob['without']:.3f} "
+                         f"| {r['best_shown_arm']} | {_fmt(r['best_shown_design_mean'])} |")
     write_text_atomic(Path(f"{args.out}.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
