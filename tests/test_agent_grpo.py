@@ -255,6 +255,8 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_sft, tmp_p
     killed_at = max(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("checkpoint-*")
                     if (p / "router_state.json").exists())
     assert 2 <= killed_at < 4
+    saved = json.loads((out / "checkpoints" / f"checkpoint-{killed_at}" / "router_state.json").read_text())
+    assert len(saved["prompt"]) == 16  # the prompt's digest, checked on resume
     from ltrr.agent.rl import checkpoint_record, progress_table
 
     so_far = checkpoint_record(out)  # what `ltrr agent progress` shows of a run in pieces
@@ -296,3 +298,37 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_sft, tmp_p
     for i, st in opt["state"].items():
         assert torch.equal(st["exp_avg"], ref["state"][i]["exp_avg"])
         assert torch.equal(st["exp_avg_sq"], ref["state"][i]["exp_avg_sq"])
+
+
+def test_a_checkpoint_of_another_prompt_is_refused_and_an_old_one_resumed(tmp_path):
+    """`resume_state`: a checkpoint records the digest of its prompt's arm descriptors (arms,
+    measured strengths, types, turn budget); the same digest resumes, another one (labels
+    changed since) is a `ConfigError` with the normaliser untouched, and a checkpoint that
+    predates the digest resumes with a line saying it was not checked."""
+    from ltrr.agent.grpo import resume_state
+    from ltrr.agent.rewards import CostNormaliser
+
+    def rollouts(strength):
+        loop = SimpleNamespace(arms=["bm25", "none"], strengths={"bm25": {"cloze": strength}},
+                               retriever_types={"bm25": "bm25"}, max_turns=2)
+        return RouterRollouts(lambda qid: loop, {"capital ?": "q1"}, {"q1": ["canberra"]}, {"bm25": 1.0, "none": 0.0},
+                              CostNormaliser(window=4), 2)
+
+    same, other = rollouts(0.5), rollouts(0.6)
+    assert same.prompt_digest() == rollouts(0.5).prompt_digest() != other.prompt_digest()
+    saved = CostNormaliser(window=4)
+    saved.update([3.0, 5.0])
+    last = tmp_path / "checkpoint-2"
+    last.mkdir()
+    state = {"normaliser": saved.to_dict(), "history": [{"step": 1}, {"step": 2}], "prompt": same.prompt_digest()}
+    (last / "router_state.json").write_text(json.dumps(state))
+    lines: list[str] = []
+    with pytest.raises(ConfigError, match="other arm descriptors"):
+        resume_state(last, other, other.prompt_digest(), lines.append)
+    assert other.history == [] and other.normaliser.to_dict() == CostNormaliser(window=4).to_dict()
+    resume_state(last, same, same.prompt_digest(), lines.append)
+    assert same.history == state["history"] and same.normaliser.to_dict() == saved.to_dict()
+    del state["prompt"]
+    (last / "router_state.json").write_text(json.dumps(state))
+    resume_state(last, other, other.prompt_digest(), lines.append)
+    assert other.history == state["history"] and "without that check" in lines[-2] and "resuming from" in lines[-1]

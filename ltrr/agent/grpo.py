@@ -53,7 +53,7 @@ from ltrr.agent import lora
 from ltrr.agent.backends import TransformersLM
 from ltrr.agent.batching import raise_on_model_errors, rollout_many
 
-__all__ = ["GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "sample_seed"]
+__all__ = ["GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "resume_state", "sample_seed"]
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,20 @@ class RouterRollouts:
         self.history: list[dict] = []
         self.__name__ = "router_reward"  # TRL names reward functions by __name__
 
+    def prompt_digest(self) -> str:
+        """A digest of what the training prompts show besides the question: each loop's arms,
+        their measured strengths (from the run's labels), retriever types and turn budget. A
+        checkpoint records it, so a resume whose labels or pool changed is refused instead of
+        training on another prompt mid-run (the inputs key of `claim_checkpoints` does not
+        cover the labels)."""
+        import hashlib
+
+        loops = {id(loop): loop for loop in (self.loop_for(q) for q in sorted(self.questions.values()))}
+        parts = sorted(json.dumps({"arms": [getattr(a, "name", a) for a in loop.arms], "strengths": loop.strengths,
+                                   "types": loop.retriever_types, "max_turns": loop.max_turns},
+                                  sort_keys=True, default=str) for loop in loops.values())
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
     def _qid(self, prompt: Any) -> str:
         if not isinstance(prompt, str):
             raise DataError(f"the GRPO dataset's prompts must be question strings, got {type(prompt).__name__}")
@@ -313,6 +327,24 @@ def _trainer_classes():
     return GRPOConfig, GRPOTrainer, TrainerCallback, PrinterCallback
 
 
+def resume_state(last: Path, rollouts: RouterRollouts, prompt: str, log: Callable[[str], None]) -> None:
+    """Restore ``rollouts``' cost window and per-step log from checkpoint ``last``; refuse it
+    (`ConfigError`) when it was trained on another prompt (``prompt``: `RouterRollouts.prompt_digest`).
+    A checkpoint written before the digest was recorded is resumed with a log line saying so."""
+    saved = json.loads((last / "router_state.json").read_text())
+    was = saved.get("prompt")
+    if was is None:
+        log(f"[agent train] {last} does not record its prompt's arm descriptors (written before they were "
+            "checked); resuming without that check")
+    elif was != prompt:
+        raise ConfigError(f"the checkpoint {last} was trained on other arm descriptors in the prompt (the run's "
+                          "labels or pool changed since); resuming would change the prompt mid-run: train into a "
+                          "new folder, or restore the labels it was trained with")
+    rollouts.normaliser = type(rollouts.normaliser).from_dict(saved["normaliser"])
+    rollouts.history = list(saved["history"])
+    log(f"[agent train] resuming from {last}")
+
+
 def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequence[str], out: str | Path,
                spec: GRPOSpec, *, seed: int = 0, log: Callable[[str], None] = print, show_progress: bool = False,
                fingerprint: Mapping[str, Any] | None = None) -> dict:
@@ -372,7 +404,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
             if folder.exists():
                 (folder / "router_state.json").write_text(json.dumps(
                     {"normaliser": rollouts.normaliser.to_dict(), "history": rollouts.history,
-                     "alpha": rollouts.alpha, "spec": asdict(spec)}) + "\n")
+                     "alpha": rollouts.alpha, "spec": asdict(spec), "prompt": prompt}) + "\n")
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "reward" in logs:
@@ -381,12 +413,10 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                     f"searches {logs.get('router/searches', float('nan')):.2f} "
                     f"zero-adv {logs.get('frac_reward_zero_std', float('nan')):.2f}")
 
+    prompt = rollouts.prompt_digest()
     last = lora.last_checkpoint(ckpt)
     if last is not None:
-        saved = json.loads((last / "router_state.json").read_text())
-        rollouts.normaliser = type(rollouts.normaliser).from_dict(saved["normaliser"])
-        rollouts.history = list(saved["history"])
-        log(f"[agent train] resuming from {last}")
+        resume_state(last, rollouts, prompt, log)
     from transformers import TrainerState, set_seed
 
     tmp = out.with_name(out.name + ".tmp")
