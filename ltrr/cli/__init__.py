@@ -168,7 +168,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- labels and cache -------------------------------------------------------------------
+# ---- labels -------------------------------------------------------------------------
 def cmd_label(args: argparse.Namespace) -> int:
     from ltrr.config import load_config, validate
     from ltrr.pipeline import Run
@@ -198,17 +198,6 @@ def cmd_label(args: argparse.Namespace) -> int:
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
                     tolerate_failures=True if args.tolerate_failures else None, shard=shard,
                     scheduler=args.scheduler, scheduler_timeout=args.scheduler_timeout)
-    return 0
-
-
-def cmd_cache_stats(args: argparse.Namespace) -> int:
-    from ltrr.data.io import data_root
-    from ltrr.generation.cache import stats
-
-    path = Path(args.path) if args.path else data_root() / "cache" / "generations.sqlite"
-    if not path.exists():
-        raise LtrrError(f"no generation cache at {path}")
-    _out(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
     return 0
 
 
@@ -358,41 +347,6 @@ def cmd_protocol(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cache_merge(args: argparse.Namespace) -> int:
-    from ltrr.data.io import data_root
-    from ltrr.generation.cache import GenerationCache
-    from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt
-
-    into = Path(args.into) if args.into else data_root() / "cache" / "generations.sqlite"
-    for src in args.sources:  # check every source before writing anything
-        if not Path(src).is_file():
-            raise LtrrError(f"no generation cache at {src}")
-    with GenerationCache(into) as cache:
-        for src in args.sources:
-            if str(src).endswith(SUFFIXES):
-                added = import_prebuilt(src, cache)
-                _log(f"{src}: {added} generations added (a prebuilt export, sha256 verified)")
-            else:
-                r = cache.merge(src)
-                _log(f"{src}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
-                     f"{r['corrupt']} corrupt (skipped)")
-        _log(f"{into}: {len(cache)} rows")
-    return 0
-
-
-def cmd_cache_export(args: argparse.Namespace) -> int:
-    from ltrr.config import load_config
-    from ltrr.generation.prebuilt import SUFFIXES
-    from ltrr.pipeline import Run
-
-    if not args.out.endswith(SUFFIXES):  # before the run is read: a bad name costs nothing
-        raise LtrrError(f"the export's name must end in {' or '.join(SUFFIXES)}, got {args.out!r}")
-    run = Run(load_config(args.config), log=_log)
-    side = run.export_generations(Path(args.out))
-    _out(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
-    return 0
-
-
 # ---- main job ----------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     import time
@@ -492,20 +446,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for a tcp:// scheduler to answer (default 30)")
     lb.set_defaults(func=cmd_label)
 
-    ca = sub.add_parser("cache", help="inspect the generation cache")
-    csub = ca.add_subparsers(dest="cache_command", metavar="ACTION")
-    cs = csub.add_parser("stats", help="rows, size, per-model counts and corrupt rows")
-    cs.add_argument("path", nargs="?", help="cache file (default: data/cache/generations.sqlite)")
-    cs.set_defaults(func=cmd_cache_stats)
-    ce = csub.add_parser("export", help="export the generations a labelled run used, as a prebuilt cache")
-    ce.add_argument("config")
-    ce.add_argument("out", help="output .jsonl.xz (smallest) or .jsonl.gz; a .json checksum is written beside it")
-    ce.set_defaults(func=cmd_cache_export)
-    cm = csub.add_parser("merge", help="copy the rows of other caches (e.g. shards labelled on other machines) into this one")
-    cm.add_argument("sources", nargs="+", help="cache files (.sqlite) or prebuilt exports (.jsonl.xz, .jsonl.gz)")
-    cm.add_argument("--into", help="cache to merge into (default: data/cache/generations.sqlite)")
-    cm.set_defaults(func=cmd_cache_merge)
-
     fe = sub.add_parser("features", help="extract routing features into features/<run>/")
     fe.add_argument("config")
     fe.add_argument("--force", action="store_true")
@@ -557,9 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.set_defaults(func=cmd_serve)
 
     from ltrr.cli.agent import add_parser as add_agent_parser
+    from ltrr.cli.cache import add_parser as add_cache_parser
     from ltrr.cli.context import add_parser as add_context_parser
     from ltrr.cli.policy import add_parser as add_policy_parser
 
+    add_cache_parser(sub, _log, _out)
     add_policy_parser(sub, _log, _out)
     add_context_parser(sub, _log, _out)
     add_agent_parser(sub, _log, _out)

@@ -1,0 +1,78 @@
+"""`ltrr cache stats|export|merge`: the generation cache on the command line
+(`ltrr.generation.cache`, `ltrr.generation.prebuilt`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ltrr._errors import LtrrError
+
+
+def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
+    """Register ``ltrr cache`` on the CLI's subparsers."""
+    ca = sub.add_parser("cache", help="inspect the generation cache")
+    csub = ca.add_subparsers(dest="cache_command", metavar="ACTION")
+    cs = csub.add_parser("stats", help="rows, size, per-model counts and corrupt rows")
+    cs.add_argument("path", nargs="?", help="cache file (default: data/cache/generations.sqlite)")
+    cs.set_defaults(func=lambda a: _stats(a, out))
+    ce = csub.add_parser("export", help="export the generations a labelled run used, as a prebuilt cache")
+    ce.add_argument("config")
+    ce.add_argument("out", help="output .jsonl.xz (smallest) or .jsonl.gz; a .json checksum is written beside it")
+    ce.set_defaults(func=lambda a: _export(a, log, out))
+    cm = csub.add_parser("merge", help="copy the rows of other caches (e.g. shards labelled on other machines) into this one")
+    cm.add_argument("sources", nargs="+", help="cache files (.sqlite) or prebuilt exports (.jsonl.xz, .jsonl.gz)")
+    cm.add_argument("--into", help="cache to merge into (default: data/cache/generations.sqlite)")
+    cm.set_defaults(func=lambda a: _merge(a, log))
+
+
+def _default_cache() -> Path:
+    from ltrr.data.io import data_root
+
+    return data_root() / "cache" / "generations.sqlite"
+
+
+def _stats(args: argparse.Namespace, out) -> int:
+    from ltrr.generation.cache import stats
+
+    path = Path(args.path) if args.path else _default_cache()
+    if not path.exists():
+        raise LtrrError(f"no generation cache at {path}")
+    out(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _merge(args: argparse.Namespace, log) -> int:
+    from ltrr.generation.cache import GenerationCache
+    from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt
+
+    into = Path(args.into) if args.into else _default_cache()
+    for src in args.sources:  # check every source before writing anything
+        if not Path(src).is_file():
+            raise LtrrError(f"no generation cache at {src}")
+    with GenerationCache(into) as cache:
+        for src in args.sources:
+            if str(src).endswith(SUFFIXES):
+                added = import_prebuilt(src, cache)
+                log(f"{src}: {added} generations added (a prebuilt export, sha256 verified)")
+            else:
+                r = cache.merge(src)
+                log(f"{src}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
+                    f"{r['corrupt']} corrupt (skipped)")
+        log(f"{into}: {len(cache)} rows")
+    return 0
+
+
+def _export(args: argparse.Namespace, log, out) -> int:
+    from ltrr.config import load_config
+    from ltrr.generation.prebuilt import SUFFIXES
+    from ltrr.pipeline import Run
+
+    if not args.out.endswith(SUFFIXES):  # before the run is read: a bad name costs nothing
+        raise LtrrError(f"the export's name must end in {' or '.join(SUFFIXES)}, got {args.out!r}")
+    run = Run(load_config(args.config), log=log)
+    side = run.export_generations(Path(args.out))
+    out(f"exported {side['rows']} generations to {args.out} (sha256 {side['sha256'][:16]}...)")
+    return 0
