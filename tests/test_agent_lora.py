@@ -113,3 +113,40 @@ def test_bad_policy_folders_are_named(trained, tmp_path):
     (folder / "base_model.json").write_text("{}")
     with pytest.raises(ConfigError, match="must name the base model"):
         load_policy(folder)
+
+
+def test_activation_checkpointing_is_off_on_cpu_and_does_not_change_the_gradients(tmp_path):
+    """`device_args`: the trainers checkpoint activations only off the CPU, where memory is the
+    limit; on a tiny LoRA model the adapter's gradients are bit for bit the same either way, so
+    the setting is no part of a run's identity (a run checkpointed on one resumes on the other)."""
+    import torch
+    from _tiny_llm import save_tiny_llm
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from ltrr.agent.lora import device_args
+
+    cpu, gpu = (SimpleNamespace(generator=SimpleNamespace(device=d)) for d in ("cpu", "cuda"))
+    assert device_args(cpu) == {"use_cpu": True, "gradient_checkpointing": False}
+    assert device_args(gpu) == {"use_cpu": False, "gradient_checkpointing": True}
+    save_tiny_llm(tmp_path / "tiny", seed=0)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "tiny"),
+                           LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    model.train()
+    ids = torch.randint(4, 20, (2, 24), generator=torch.Generator().manual_seed(1))
+
+    def grads():
+        model(input_ids=ids, labels=ids).loss.backward()
+        out = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        return out
+
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    with_ckpt = grads()
+    model.gradient_checkpointing_disable()
+    without = grads()
+    assert with_ckpt and with_ckpt.keys() == without.keys()
+    assert all("lora_" in n for n in with_ckpt)
+    assert all(torch.equal(with_ckpt[n], without[n]) for n in with_ckpt)

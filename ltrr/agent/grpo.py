@@ -392,7 +392,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                       temperature=spec.temperature, epsilon=spec.epsilon, num_iterations=1,
                       warmup_steps=1 if spec.steps > 4 else 0, lr_scheduler_type="constant_with_warmup",
                       logging_steps=1, save_steps=spec.save_steps, save_total_limit=2, save_only_model=False,
-                      use_cpu=str(policy.generator.device) == "cpu", seed=seed, data_seed=seed, report_to=[], bf16=False, fp16=False,
+                      **lora.device_args(policy), seed=seed, data_seed=seed, report_to=[], bf16=False, fp16=False,
                       disable_tqdm=not show_progress, dataloader_num_workers=0, log_completions=False,
                       max_completion_length=policy.context_length, remove_unused_columns=False)
 

@@ -446,7 +446,7 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
                      per_device_train_batch_size=spec.batch_size, gradient_accumulation_steps=spec.grad_accum,
                      warmup_steps=float(spec.warmup_ratio), lr_scheduler_type="linear", logging_steps=1,
                      save_steps=spec.save_steps, save_total_limit=1, save_only_model=False,
-                     use_cpu=str(lm.generator.device) == "cpu",
+                     **lora.device_args(lm),
                      seed=seed, data_seed=seed, report_to=[], max_length=spec.max_length, bf16=False, fp16=False,
                      disable_tqdm=not show_progress, dataloader_num_workers=0, packing=False)
     history: list[dict] = []
