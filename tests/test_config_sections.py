@@ -35,7 +35,7 @@ GOLDEN = {
     "demo-agent-gpu": ("367c4bf91c2f1cb5", "e202223a9b0de968"),
     "demo-agent-unseen": ("f2a141c7df54fba3", "4a4cc7bb37681c52"),
     "demo-full": ("44d59325de2cb375", "c9b8f83989f46a30"),
-    "demo-qwen": ("031d9cf9f4ea744a", "22ccb22f73756541"),
+    "demo-qwen": ("fc8556c92c2b31a3", "5cf4c98e20f3a977"),  # session 17: no likelihood label
     "demo-signal": ("e67e53d6389023cf", "bef6e89d62e9f5db"),
 }
 GOLDEN_DEMO_SECTIONS = {
