@@ -28,16 +28,11 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     cm.set_defaults(func=lambda a: _merge(a, log))
 
 
-def _default_cache() -> Path:
-    from ltrr.data.io import data_root
-
-    return data_root() / "cache" / "generations.sqlite"
-
-
 def _stats(args: argparse.Namespace, out) -> int:
+    from ltrr.data.io import default_generation_cache
     from ltrr.generation.cache import stats
 
-    path = Path(args.path) if args.path else _default_cache()
+    path = Path(args.path) if args.path else default_generation_cache()
     if not path.exists():
         raise LtrrError(f"no generation cache at {path}")
     out(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
@@ -45,10 +40,11 @@ def _stats(args: argparse.Namespace, out) -> int:
 
 
 def _merge(args: argparse.Namespace, log) -> int:
+    from ltrr.data.io import default_generation_cache
     from ltrr.generation.cache import GenerationCache
     from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt
 
-    into = Path(args.into) if args.into else _default_cache()
+    into = Path(args.into) if args.into else default_generation_cache()
     for src in args.sources:  # check every source before writing anything
         if not Path(src).is_file():
             raise LtrrError(f"no generation cache at {src}")

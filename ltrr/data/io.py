@@ -30,6 +30,7 @@ __all__ = [
     "write_table_atomic",
     "write_text_atomic",
     "data_root",
+    "default_generation_cache",
     "resolve_dataset",
 ]
 
@@ -37,6 +38,12 @@ __all__ = [
 def data_root() -> Path:
     """Where built datasets, indexes and caches go: ``$LTRR_DATA_DIR`` or ``./data``."""
     return Path(os.environ.get("LTRR_DATA_DIR", "data"))
+
+
+def default_generation_cache() -> Path:
+    """The generation cache a run uses when ``[generation] cache`` names none, and the one the
+    ``ltrr cache`` commands read by default: ``<data root>/cache/generations.sqlite``."""
+    return data_root() / "cache" / "generations.sqlite"
 
 
 def read_jsonl(path: str | Path, *, required: tuple[str, ...] = ()) -> list[dict]:

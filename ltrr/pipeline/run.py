@@ -19,7 +19,14 @@ from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import bar, logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config, backend_settings
-from ltrr.data.io import Dataset, data_root, load_dataset, write_table_atomic, write_text_atomic
+from ltrr.data.io import (
+    Dataset,
+    data_root,
+    default_generation_cache,
+    load_dataset,
+    write_table_atomic,
+    write_text_atomic,
+)
 from ltrr.data.irds import attach_answers, irds_slug, is_irds, load_irds
 from ltrr.data.sample import stratified_sample as _stratified_sample
 from ltrr.pipeline._common import input_fingerprint
@@ -216,7 +223,7 @@ class Run:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.config.generation.cache or data_root() / "cache" / "generations.sqlite")
+        return Path(self.config.generation.cache or default_generation_cache())
 
     def make_generator(self, *, use_cache: bool | None = None):
         """The configured generator wrapped in the SQLite cache (unless disabled)."""
