@@ -5,11 +5,17 @@ tests/test_pipeline_e2e.py, with two-hop bridge questions in the dataset."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from ltrr.agent.sft import SFTSpec, script_for
+
+# The torch device of the policy in the end-to-end tests below: "cpu" everywhere CI runs. On a GPU
+# machine, `LTRR_TEST_DEVICE=cuda pytest tests/test_agent_sft.py` runs the same SFT, evaluation,
+# GRPO, RFT, export and resume on the GPU path (benchmarks/gpu_check.sh).
+AGENT_DEVICE = os.environ.get("LTRR_TEST_DEVICE", "cpu")
 
 
 def _dataset(root: Path) -> Path:
@@ -60,6 +66,7 @@ def project(tmp_path_factory):
         assert f'dataset = "{ds}"' in text
         text = text.replace('metric = "f1"\n', 'metric = "f1"\nextra_metrics = ["recall", "contains", "em"]\n')
         cfg.write_text(text + f'[agent]\npolicy = "{tiny}"\nmax_new_tokens = 8\nn_eval = 8\nmetric = "f1"\n'
+                              f'device = "{AGENT_DEVICE}"\n'
                               'sft = {max_examples = 10, epochs = 1.0, batch_size = 2, grad_accum = 1, '
                               'max_length = 400, save_steps = 2}\n'
                               'grpo = {steps = 1, prompts_per_step = 2, group_size = 2, micro_batch = 2, '
@@ -291,9 +298,8 @@ def test_grpo_and_rft_commands(project, capsys):
     clone = root / "clone" / "grpo-test"
     assert main(["agent", "train", str(cfg), "--from", str(tiny), "--alpha", "0.5", "--out", str(clone),
                  "--resume", str(committed)]) == 0
-    print("DEBUGERR", capsys.readouterr())
+    capsys.readouterr()
     again = json.loads((clone / "grpo.json").read_text())
-    print("DEBUG", again["steps"], again["resumed"], again["router_log"], again["trl_log"], sorted(p.name for p in (clone / "checkpoints").iterdir()), sorted(p.name for p in (committed / "checkpoints").iterdir()))
     assert again["resumed"] and again["steps"] == 1 and again["router_log"] == rec["router_log"]
     assert main(["agent", "export", str(root / "nowhere"), str(root / "x")]) == 2
     assert "neither a finished policy nor a complete GRPO checkpoint" in capsys.readouterr().err
