@@ -122,13 +122,16 @@ def test_activation_checkpointing_is_off_on_cpu_and_does_not_change_the_gradient
     import torch
     from _tiny_llm import save_tiny_llm
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, TrainingArguments
 
-    from ltrr.agent.lora import device_args
+    from ltrr.agent.lora import checkpointing_arg, device_args
 
     cpu, gpu = (SimpleNamespace(generator=SimpleNamespace(device=d)) for d in ("cpu", "cuda"))
-    assert device_args(cpu) == {"use_cpu": True, "gradient_checkpointing": False}
-    assert device_args(gpu) == {"use_cpu": False, "gradient_checkpointing": True}
+    name = checkpointing_arg()  # transformers' current name where it has one, not its deprecated alias
+    assert name in TrainingArguments.__dataclass_fields__
+    assert name == "activation_checkpointing" or "activation_checkpointing" not in TrainingArguments.__dataclass_fields__
+    assert device_args(cpu) == {"use_cpu": True, name: False}
+    assert device_args(gpu) == {"use_cpu": False, name: True}
     save_tiny_llm(tmp_path / "tiny", seed=0)
     torch.manual_seed(0)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "tiny"),

@@ -53,7 +53,7 @@ from typing import Any
 from ltrr._errors import ConfigError, MissingDependencyError, NotBuiltError
 from ltrr.agent.backends import TransformersLM
 
-__all__ = ["ADAPTERS", "BASE_FILE", "PolicyLM", "check_adapter_fields", "content_digest", "device_args",
+__all__ = ["ADAPTERS", "BASE_FILE", "PolicyLM", "check_adapter_fields", "checkpointing_arg", "content_digest", "device_args",
            "export_run", "import_checkpoint", "is_adapter_folder", "last_checkpoint", "load_policy",
            "lora_config", "plain_copy", "policy_from_checkpoint", "replace_policy", "save_trained", "trainable_model"]
 
@@ -91,9 +91,19 @@ def device_args(lm: TransformersLM) -> dict[str, bool]:
     it (one core, side by side), about a tenth of a GRPO step. On an H100 it stays on, as TRL
     has it: a LoRA step of a SmolLM2-135M-shaped model on 8 x 900 tokens took 0.37 s and 5.0 GiB
     with it against 0.25 s and 19.8 GiB without (``benchmarks/lora_step.py``), and a GPU's
-    memory is what limits the micro-batch. Not part of a run's identity."""
+    memory is what limits the micro-batch. Not part of a run's identity. The setting goes under
+    transformers' current name, ``activation_checkpointing``, where the installed version has it
+    (``gradient_checkpointing``, its deprecated alias, is removed in transformers 6)."""
     cpu = str(lm.generator.device) == "cpu"
-    return {"use_cpu": cpu, "gradient_checkpointing": not cpu}
+    return {"use_cpu": cpu, checkpointing_arg(): not cpu}
+
+
+def checkpointing_arg() -> str:
+    """The name of transformers' training argument that turns activation checkpointing on."""
+    from transformers import TrainingArguments
+
+    fields = getattr(TrainingArguments, "__dataclass_fields__", {})
+    return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
 
 
 def lora_config(spec: Any) -> Any:
