@@ -37,7 +37,8 @@ import pandas as pd
 from ltrr._errors import DataError
 from ltrr.data.io import write_text_atomic
 
-__all__ = ["select_questions", "design_normaliser", "evaluate_agent", "compare_evals", "METRICS"]
+__all__ = ["select_questions", "design_normaliser", "evaluate_agent", "compare_evals", "load_evals", "per_question",
+           "METRICS"]
 
 METRICS = ("recall", "contains", "f1", "em")  # reported; [agent] metric is the tested one
 
@@ -259,34 +260,48 @@ def eval_markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_evals(policy: str | Path, baseline: str | Path) -> dict:
-    """Paired comparison of two `evaluate_agent` folders on their common questions.
-
-    For the total reward (the evaluation's fixed normaliser), the run's metric (the outcome) and
-    searches per question: both means, the difference and a two-sided paired Wilcoxon p-value
-    (`ltrr.eval.stats.paired_wilcoxon`); the means of ``contains``, ``f1`` and ``em`` come from
-    each evaluation. Both must have scored the same metric with the same cost normaliser.
-    """
+def load_evals(folders) -> tuple[list[dict], list[dict], list[str]]:
+    """The `evaluate_agent` folders ``folders``: their ``eval.json`` documents, their rollouts
+    (qid -> `Trajectory`) and the questions all of them answered, sorted. Raise `DataError`
+    when a folder holds no evaluation, when they scored different metrics or cost normalisers
+    (their rewards would not compare), or when they share no question."""
     from ltrr.agent.trajectory import load_trajectories
-    from ltrr.eval.stats import paired_wilcoxon
 
     docs, trajs = [], []
-    for folder in (Path(policy), Path(baseline)):
+    for folder in map(Path, folders):
         path = folder / "eval.json"
         if not path.exists():
             raise DataError(f"{folder}: no evaluation (eval.json); run `ltrr agent eval` first")
         docs.append(json.loads(path.read_text()))
         trajs.append({t.qid: t for t in load_trajectories(folder / "trajectories.jsonl")})
-    a_doc, b_doc = docs
-    if (a_doc["metric"], a_doc["normaliser"]) != (b_doc["metric"], b_doc["normaliser"]):
-        raise DataError("the two evaluations used different metrics or cost normalisers; evaluate both again")
-    qids = sorted(set(trajs[0]) & set(trajs[1]))
+    if len({json.dumps([d["metric"], d["normaliser"]], sort_keys=True) for d in docs}) > 1:
+        raise DataError("the evaluations used different metrics or cost normalisers; evaluate them again")
+    qids = sorted(set.intersection(*(set(t) for t in trajs))) if trajs else []
     if not qids:
-        raise DataError("the two evaluations share no question")
+        raise DataError("the evaluations share no question")
+    return docs, trajs, qids
+
+
+def per_question(metric: str) -> dict:
+    """Measure name -> a function of one rollout: the total reward, the outcome (named
+    ``metric``), the valid searches and the cost."""
+    return {"reward": lambda t: t.rewards["total"], metric: lambda t: t.rewards["outcome"],
+            "searches": lambda t: sum(1 for s in t.searches if s.valid), "cost": lambda t: t.rewards["cost"]}
+
+
+def compare_evals(policy: str | Path, baseline: str | Path) -> dict:
+    """Paired comparison of two `evaluate_agent` folders on their common questions.
+
+    For the total reward (the evaluation's fixed normaliser), the run's metric (the outcome),
+    valid searches and the cost per question: both means, the difference and a two-sided paired Wilcoxon p-value
+    (`ltrr.eval.stats.paired_wilcoxon`); the means of ``contains``, ``f1`` and ``em`` come from
+    each evaluation. Both must have scored the same metric with the same cost normaliser.
+    """
+    from ltrr.eval.stats import paired_wilcoxon
+
+    (a_doc, b_doc), trajs, qids = load_evals([policy, baseline])
     rows = {}
-    pick = {"reward": lambda t: t.rewards["total"], a_doc["metric"]: lambda t: t.rewards["outcome"],
-            "searches": lambda t: sum(1 for s in t.searches if s.valid)}
-    for key, get in pick.items():
+    for key, get in per_question(a_doc["metric"]).items():
         a, b = (np.array([get(ts[q]) for q in qids], dtype=float) for ts in trajs)
         w = paired_wilcoxon(a, b)
         rows[key] = {"policy": float(a.mean()), "baseline": float(b.mean()), "diff": float(a.mean() - b.mean()),

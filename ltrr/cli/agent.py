@@ -1,4 +1,4 @@
-"""`ltrr agent sft|eval|train|rft|export|progress|compare`: the command-line face of `ltrr.agent`."""
+"""`ltrr agent sft|eval|train|rft|export|progress|compare|sweep`: the command-line face of `ltrr.agent`."""
 
 from __future__ import annotations
 
@@ -51,6 +51,13 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     c.add_argument("policy_eval", help="an evaluation folder (<workdir>/agent/eval-NAME)")
     c.add_argument("baseline_eval", help="the evaluation folder to compare with")
     c.set_defaults(func=lambda a: _compare(a, out))
+    w = asub.add_parser("sweep", help="the cost-weight sweep: its policies' evaluations per alpha, and whether "
+                        "searches and cost fall as alpha rises (Page's trend test, bootstrap intervals)")
+    w.add_argument("evals", nargs="+", help="evaluation folders (<workdir>/agent/eval-NAME), one per alpha")
+    w.add_argument("--alphas", help="comma-separated cost weights, one per evaluation in order (default: each "
+                   "policy's grpo.json)")
+    w.add_argument("--json", dest="json_out", help="also write the result here as JSON")
+    w.set_defaults(func=lambda a: _sweep(a, out))
 
 
 def _run(args: argparse.Namespace, log):
@@ -131,6 +138,24 @@ def _compare(args: argparse.Namespace, out) -> int:
         a, b = doc["agent"][0].get(m), doc["agent"][1].get(m)
         if a is not None and b is not None:
             out(f"| {m} (mean only) | {a:.4f} | {b:.4f} | {a - b:+.4f} | |")
+    return 0
+
+
+def _sweep(args: argparse.Namespace, out) -> int:
+    from ltrr._errors import ConfigError
+    from ltrr.agent.sweep import sweep_evals, sweep_markdown
+    from ltrr.data.io import write_text_atomic
+
+    alphas = None
+    if args.alphas is not None:
+        try:
+            alphas = [float(x) for x in args.alphas.split(",")]
+        except ValueError:
+            raise ConfigError(f"--alphas must be comma-separated numbers, got {args.alphas!r}") from None
+    doc = sweep_evals(args.evals, alphas)
+    out(sweep_markdown(doc))
+    if args.json_out:
+        write_text_atomic(Path(args.json_out), json.dumps(doc, indent=1) + "\n")
     return 0
 
 
