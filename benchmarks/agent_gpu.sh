@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The multi-round router on one CUDA GPU (config demo-agent-gpu): SFT, GRPO at alpha 0.2, the
 # equal-compute rejection-sampling baseline, test evaluations with paired comparisons, then the
-# alpha sweep {0, 0.5, 0.9} in shorter runs. Needs ltrr[agent,rl], torch with CUDA, the demo
+# alpha sweep {0, 0.5, 0.9} in shorter runs, read by `ltrr agent sweep` (trend tests). Needs ltrr[agent,rl], torch with CUDA, the demo
 # built and `ltrr label demo-agent` done. Every stage resumes from its outputs or checkpoints.
 #
 #   bash benchmarks/agent_gpu.sh [RESULTS_DIR]      # STEPS=30 SWEEP_STEPS=10 by default
@@ -52,4 +52,6 @@ for alpha in 0 0.5 0.9; do
   evaluate "$name"
   say "alpha $alpha done"
 done
+ltrr agent sweep $(for alpha in 0 0.5 0.9; do echo "$A/eval-grpo-gpu-a$alpha-s$SWEEP_STEPS"; done) \
+  --json "$RES/sweep.json" > "$RES/sweep.md"
 say "all done"
