@@ -153,9 +153,13 @@ class TransformersLM(_GeneratorLM):
         """The model that continues, and its device (None: the model's own)."""
         return self.generator.hf_model, self.generator.device
 
+    #: a `ltrr.agent.prefix_cache.PrefixCache` that `continue_` starts from (None: off); only
+    #: for a model whose weights stay fixed (an evaluation, the RFT baseline's sampling)
+    prefix_cache: Any = None
+
     def continue_(self, ids: list[int], text: str, params: DecodingParams) -> Continuation:
         model, device = self._model_and_device()
-        return hf_continue(model, self.tokenizer, ids, params, device=device)
+        return hf_continue(model, self.tokenizer, ids, params, device=device, prefix_cache=self.prefix_cache)
 
     def continue_batch(self, requests: Sequence[tuple[list[int], DecodingParams]]) -> list[Continuation]:
         """Several continuations in one batch (`ltrr.agent.batching.hf_continue_batch`)."""
@@ -166,12 +170,14 @@ class TransformersLM(_GeneratorLM):
 
 
 def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingParams, *,
-                device: Any = None) -> Continuation:
+                device: Any = None, prefix_cache: Any = None) -> Continuation:
     """Continue ``ids`` with a Hugging Face causal LM (`TransformersLM.continue_`'s engine).
 
     Greedy unless ``params.temperature > 0``; sampling is seeded with ``params.seed`` for this
     call only (the caller's torch RNG is left as it was). The model is put in eval mode for the
-    call and its mode restored, so a model in training (GRPO) samples without dropout.
+    call and its mode restored, so a model in training (GRPO) samples without dropout. With a
+    `ltrr.agent.prefix_cache.PrefixCache` (a model whose weights stay fixed), the prefix the
+    calls share is prefilled once.
     """
     import torch
 
@@ -193,6 +199,8 @@ def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingPara
         model.eval()
         with torch.random.fork_rng(devices=[]), torch.inference_mode():
             torch.manual_seed(params.seed)
+            if prefix_cache is not None:
+                kwargs.update(prefix_cache.kwargs(model, ids, device))
             out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
     except (RuntimeError, ValueError) as exc:
         return Continuation(text="", finish="error", error=f"{type(exc).__name__}: {exc}",

@@ -126,7 +126,9 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     """Roll out the policy on the test questions and compare it with the baselines (module doc)."""
     from tqdm.auto import tqdm
 
+    from ltrr.agent.backends import TransformersLM
     from ltrr.agent.batching import raise_on_model_errors, rollout_many
+    from ltrr.agent.prefix_cache import PrefixCache
     from ltrr.agent.rewards import outcome_reward
     from ltrr.agent.run import (
         agent_dir,
@@ -150,6 +152,8 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     qtype = queries["qtype"].astype(str) if "qtype" in queries else pd.Series("all", index=queries.index)
     gold = gold_answers(run)
     lm = policy_lm(run, policy)
+    if isinstance(lm, TransformersLM) and acfg.rollout_batch <= 1:
+        lm.prefix_cache = PrefixCache()  # one fixed policy, one system prompt: prefilled once
     held = list(acfg.holdout_arms)
     loop = make_loop(run, lm, labels, design=design, holdout=[] if holdout else held)
     normaliser = design_normaliser(run, lm, labels, design)
@@ -218,6 +222,8 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         "cost": float(np.mean([t.rewards["cost"] for t in trajs])),
         "reward": float(np.mean([t.rewards["total"] for t in trajs])),
         "normaliser": normaliser.to_dict(), "arm_calls": dict(calls), "holdout_arms": held,
+        "prefix_cache": {"hits": lm.prefix_cache.hits, "builds": lm.prefix_cache.builds,
+                         "tokens": len(lm.prefix_cache.ids)} if getattr(lm, "prefix_cache", None) else None,
         "holdout_in_prompt": bool(holdout and held),
         "baselines": {k: _summary(v) for k, v in baselines.items()},
         "baselines_multihop": {k: _summary({m: x[is_mh] for m, x in v.items()}) for k, v in baselines.items()}
