@@ -78,3 +78,24 @@ def test_an_lm_continues_from_its_cache_only_when_given_one(lm):
         assert lm.continue_(ids, "", params).ids == plain.ids
     finally:
         lm.prefix_cache = None
+
+
+def test_prompts_that_change_per_question_are_cached_per_question(lm):
+    """RFT's sampling: each question's prompt shows the arms its own way, and its 4 samples and
+    their turns share it; each question's prompt is cached once, from its first sample's second
+    call, and the samples come out as from full prefills."""
+    rng = np.random.default_rng(3)
+    model, tok = lm.hf_model, lm.tokenizer
+    cache = PrefixCache()
+    for q in range(3):
+        prompt = [22 + q] + _ids(rng, 120)  # first tokens differ: no two prompts share 64
+        for s in range(4):
+            ids = list(prompt)
+            for turn in range(2):
+                params = DecodingParams(max_new_tokens=8, temperature=1.0, seed=10 * q + s + 100 * turn)
+                plain = hf_continue(model, tok, ids, params)
+                cached = hf_continue(model, tok, ids, params, prefix_cache=cache)
+                assert cached.ids == plain.ids
+                ids = ids + plain.ids + _ids(rng, 5)  # the injected block of the next turn
+        assert cache.ids == prompt[:-1]  # the prompt less its last token, which a first turn must feed
+    assert cache.builds <= 6 and cache.hits >= 3 * 6  # every call but each question's first

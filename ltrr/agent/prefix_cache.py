@@ -14,8 +14,9 @@ the rollouts took 87.0 s against 134.8 s without the cache, and all 8 trajectori
 token ids (17 continuations started from the cached 560-token prefix). The tokens come out the
 same, but the logits are not bit for bit those of a full prefill (within 4e-5: the prefix's
 keys and values come from another matrix shape), so a cache is only for a model whose weights do
-not change (`ltrr agent eval`, the RFT baseline's sampling), never inside a GRPO run, and it is
-off unless a caller turns it on.
+not change, one rollout at a time: `ltrr agent eval` and the RFT baseline's sampling turn it on;
+a GRPO run never does (its model changes every step, and its first steps were sampled without),
+and it is off unless a caller turns it on.
 
 Examples
 --------
@@ -60,14 +61,21 @@ class PrefixCache:
 
     def kwargs(self, model: Any, ids: list[int], device: Any) -> dict[str, Any]:
         """``generate`` keyword arguments that start ``ids`` from a copy of the cached prefix
-        (empty when no usable prefix is shared); learns the shared prefix as calls come."""
-        seen = self.ids or self._last
-        n = common_prefix(seen, ids)
-        n = min(n, len(ids) - 1)  # at least one token of the call is fed to the model
+        (empty when no usable prefix is shared); learns the shared prefix as calls come.
+
+        A call sharing at least ``min_tokens`` with the cached prefix starts from it (the prefix
+        cut back to what they share, when that is shorter). Otherwise the call is remembered, and
+        the next call sharing ``min_tokens`` with it caches their common prefix: so an
+        evaluation's one system prompt is cached once, and a sampling run whose prompts change
+        per question (arms shuffled or renamed per question) caches each question's prompt for
+        its samples and turns."""
+        cut = len(ids) - 1  # at least one token of the call is fed to the model
+        n = min(common_prefix(self.ids, ids), cut)
         if n < self.min_tokens:
-            if not self.ids:
+            n = min(common_prefix(self._last, ids), cut)
+            if n < self.min_tokens:
                 self._last = list(ids)
-            return {}
+                return {}
         if n != len(self.ids):
             self._build(model, ids[:n], device)
         self.hits += 1

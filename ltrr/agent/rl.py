@@ -164,8 +164,10 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     ``rollouts`` samples (module docstring); the policy goes to ``out``."""
     from tqdm.auto import tqdm
 
+    from ltrr.agent.backends import TransformersLM
     from ltrr.agent.batching import raise_on_model_errors, rollout_many
     from ltrr.agent.grpo import GRPOSpec, sample_seed
+    from ltrr.agent.prefix_cache import PrefixCache
     from ltrr.agent.run import policy_lm
     from ltrr.agent.sft import SFTSpec, train_sft
     from ltrr.agent.trajectory import load_trajectories, save_trajectories
@@ -176,6 +178,10 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     policy = policy_lm(run, start)
     out = Path(out)
     roll, questions = make_rollouts(run, policy, spec, alpha=run.config.agent.alpha, out=None)
+    live = roll.loop_for(questions[0][0]).lm if questions else None
+    if isinstance(live, TransformersLM) and roll.rollout_batch <= 1:
+        # the sampled policy stays fixed: each question's prompt is prefilled once for its samples
+        live.prefix_cache = PrefixCache()
     order = np.random.default_rng([run.config.seed, 17]).permutation(len(questions))
     n_q = rollouts // spec.group_size
     picked = [questions[i] for i in np.resize(order, n_q)]  # cycles when rollouts exceed one pass
