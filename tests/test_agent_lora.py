@@ -153,3 +153,18 @@ def test_activation_checkpointing_is_off_on_cpu_and_does_not_change_the_gradient
     assert with_ckpt and with_ckpt.keys() == without.keys()
     assert all("lora_" in n for n in with_ckpt)
     assert all(torch.equal(with_ckpt[n], without[n]) for n in with_ckpt)
+
+
+def test_a_policy_may_be_a_packaged_model_name_other_than_the_labels_generator():
+    """`[agent] policy = "smollm2-135m"` (demo-agent-qwen: SmolLM2 routes, Qwen labels): the
+    packaged model on the transformers backend; a name that is neither a folder nor packaged is
+    one clear error."""
+    from ltrr._errors import NotBuiltError
+    from ltrr.agent.backends import TransformersLM
+    from ltrr.agent.run import policy_lm
+
+    run = SimpleNamespace(config=SimpleNamespace(agent=SimpleNamespace(policy="smollm2-135m", device="cpu")))
+    lm = policy_lm(run)
+    assert isinstance(lm, TransformersLM) and "SmolLM2-135M-Instruct" in lm.identity
+    with pytest.raises(NotBuiltError, match="no-such-policy: no policy model"):
+        policy_lm(run, "no-such-policy")

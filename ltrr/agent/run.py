@@ -65,14 +65,19 @@ def gold_answers(run) -> dict[str, list[str]]:
 
 def policy_lm(run, policy: str | Path | None = None):
     """The policy model: a policy folder (SFT or RL: a LoRA adapter on its base model, or a full
-    Hugging Face folder; `ltrr.agent.lora.load_policy`), else the run's generator model, as a
-    token-level `ltrr.agent.backends.ContinuationLM` where it can be one."""
+    Hugging Face folder; `ltrr.agent.lora.load_policy`), a packaged model's name
+    (`ltrr.generation.models.packaged_models`, on the transformers backend: a policy other than
+    the labels' generator, e.g. SmolLM2 routing for Qwen's labels), else the run's generator
+    model, as a token-level `ltrr.agent.backends.ContinuationLM` where it can be one."""
     from ltrr.agent.backends import make_continuation_lm
     from ltrr.agent.lora import load_policy
     from ltrr.config import backend_settings
+    from ltrr.generation.models import packaged_models
 
     policy = policy or run.config.agent.policy
     device = run.config.agent.device
+    if policy and str(policy) in packaged_models and not Path(policy).exists():
+        return make_continuation_lm({"backend": "transformers", "model": str(policy), "device": device})
     if policy:
         return load_policy(Path(policy), device=device)
     gcfg = backend_settings(run.config.generation)

@@ -36,7 +36,8 @@ class AgentSection(Section):
     correct_threshold: float = setting(float, 1.0, help="outcome at which an answer counts as correct")
     n_eval: int = setting(int, 150, help="test questions per policy (multihop first, then a type-stratified "
                                          "sample)")
-    policy: str = setting(str, "", help='a policy folder (SFT or RL); "" = the generator\'s model')
+    policy: str = setting(str, "", help='a policy folder (SFT or RL), or a packaged model\'s name (e.g. '
+                          '"smollm2-135m": a policy other than the labels\' generator); "" = the generator\'s model')
     holdout_arms: list = setting(list, [], help="arms kept from SFT and the prompt; `agent eval --holdout` adds them")
     device: str = setting(str, "cpu", help='torch device of the policy: SFT, GRPO, RFT and evaluation ("cuda" on '
                                            'a GPU)')
