@@ -155,6 +155,7 @@ def test_activation_checkpointing_is_off_on_cpu_and_does_not_change_the_gradient
     assert all(torch.equal(with_ckpt[n], without[n]) for n in with_ckpt)
 
 
+@pytest.mark.slow  # loads the packaged SmolLM2
 def test_a_policy_may_be_a_packaged_model_name_other_than_the_labels_generator():
     """`[agent] policy = "smollm2-135m"` (demo-agent-qwen: SmolLM2 routes, Qwen labels): the
     packaged model on the transformers backend; a name that is neither a folder nor packaged is
