@@ -9,10 +9,10 @@ least ``min_tokens``), and each continuation starts from a copy of it, so only t
 context is prefilled: the pattern of transformers' prefix reuse (a deep copy of a prompt's cache
 passed to ``generate``).
 
-Measured on 8 test questions of demo-agent with the committed SFT policy (greedy, one core):
-the rollouts took 87.0 s against 134.8 s without the cache, and all 8 trajectories had the same
-token ids (17 continuations started from the cached 560-token prefix). The tokens come out the
-same, but the logits are not bit for bit those of a full prefill (within 4e-5: the prefix's
+Measured on 8 test questions of demo-agent with the committed SFT policy (greedy, one core,
+after a warm-up pass, the two modes alternated): 85.8 and 88.8 s with the cache against 113.4 and
+109.6 s without (22% less), and all 8 trajectories had the same token ids (17 continuations
+started from the cached 560-token prefix). The tokens come out the same, but the logits are not bit for bit those of a full prefill (within 4e-5: the prefix's
 keys and values come from another matrix shape), so a cache is only for a model whose weights do
 not change, one rollout at a time: `ltrr agent eval` and the RFT baseline's sampling turn it on;
 a GRPO run never does (its model changes every step, and its first steps were sampled without),
