@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._atomic import write_text_atomic
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent import lora
 from ltrr.agent.backends import TransformersLM
@@ -401,8 +402,8 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
 
         def on_save(self, args, state, control, **kw):
             folder = ckpt / f"checkpoint-{state.global_step}"
-            if folder.exists():
-                (folder / "router_state.json").write_text(json.dumps(
+            if folder.exists():  # atomically: its presence marks a complete checkpoint (a kill may come any time)
+                write_text_atomic(folder / "router_state.json", json.dumps(
                     {"normaliser": rollouts.normaliser.to_dict(), "history": rollouts.history,
                      "alpha": rollouts.alpha, "spec": asdict(spec), "prompt": prompt}) + "\n")
 

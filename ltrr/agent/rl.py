@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ltrr._atomic import atomic_path
+from ltrr._atomic import atomic_path, write_text_atomic
 from ltrr._errors import DataError
 
 __all__ = ["training_questions", "make_rollouts", "run_grpo", "run_rft"]
@@ -215,7 +215,7 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     sft = SFTSpec.from_mapping(run.config.agent.sft)
     record = train_sft(kept, policy, out, sft, seed=run.config.seed, log=log, show_progress=show_progress)
     record.update({"rft_samples": len(groups) * spec.group_size, "rft_kept": len(kept), "rft_questions": len(groups)})
-    (out / "rft.json").write_text(json.dumps({k: v for k, v in record.items() if k != "loss"}, indent=1) + "\n")
+    write_text_atomic(out / "rft.json", json.dumps({k: v for k, v in record.items() if k != "loss"}, indent=1) + "\n")
     return record
 
 
