@@ -56,6 +56,7 @@ class PrefixCache:
         self.min_tokens = int(min_tokens)
         self.ids: list[int] = []      # the cached prefix
         self.cache: Any = None        # its key/value cache
+        self.argument = ""            # the name generate takes it under (the model's transformers version)
         self._last: list[int] = []    # the previous call's ids, until a prefix is cached
         self.hits = self.builds = 0
 
@@ -79,7 +80,7 @@ class PrefixCache:
         if n != len(self.ids):
             self._build(model, ids[:n], device)
         self.hits += 1
-        return {_cache_argument(model): copy.deepcopy(self.cache)}
+        return {self.argument: copy.deepcopy(self.cache)}
 
     def _build(self, model: Any, prefix: list[int], device: Any) -> None:
         import torch
@@ -90,6 +91,7 @@ class PrefixCache:
         cache = out.get("cache")
         self.cache = out.get("past_key_values") if cache is None else cache
         self.ids, self._last = list(prefix), []
+        self.argument = _cache_argument(model)  # once per build, not per call
         self.builds += 1
 
 
