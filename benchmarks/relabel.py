@@ -43,6 +43,9 @@ def main() -> None:
     ap.add_argument("--steps", default="sample,grown,design,test")
     ap.add_argument("--chunk", type=int, default=8, help="queries per stage_label call")
     ap.add_argument("--ledger-dir", default="data/checkpoints", help="where the shards' ledgers of finished queries are")
+    ap.add_argument("--balance", action="store_true",
+                    help="split what the ledgers leave, not each step's whole list: even shards after an uneven "
+                         "past, but only when every shard starts together (one restarted alone would overlap)")
     a = ap.parse_args()
     configure()
     i, n = (int(x) for x in a.shard.split("/"))
@@ -67,9 +70,11 @@ def main() -> None:
     gen = run.make_generator()
     done, ledger = _ledger(Path(a.ledger_dir), run, i, n)
     for step in a.steps.split(","):
-        mine = [q for q in order[step][i::n] if q not in done]
-        print(f"[relabel] {step}: {len(mine)} queries (shard {i}/{n}; "
-              f"{len(order[step][i::n]) - len(mine)} skipped, in a ledger)", flush=True)
+        ours = [q for q in order[step] if q not in done][i::n] if a.balance else order[step][i::n]
+        mine = [q for q in ours if q not in done]
+        print(f"[relabel] {step}: {len(mine)} queries (shard {i}/{n}{', balanced' if a.balance else ''}; "
+              f"{len(order[step]) - len([q for q in order[step] if q not in done])} finished in all, in a ledger)",
+              flush=True)
         for start in range(0, len(mine), a.chunk):
             chunk = mine[start:start + a.chunk]
             run.stage_label(only=chunk, tolerate_failures=True, generator=gen)
