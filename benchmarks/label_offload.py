@@ -48,26 +48,12 @@ import time
 from pathlib import Path
 
 
-def _queries(cfg, run, steps: list[str]) -> list[str]:
-    """The queries of ``steps``, in the order `relabel.py` walks them."""
-    from ltrr.eval.protocol import design_sample, design_test_partition
-
-    queries = run.dataset.queries
-    part = design_test_partition(queries, design_size=cfg.protocol["design_size"], random_state=cfg.seed)
-    sample = design_sample(queries, part, n=150, random_state=cfg.seed)
-    grown: list[str] = []
-    if "build_round" in queries.columns:
-        for r in sorted(queries["build_round"].unique())[1:]:
-            grown += design_sample(queries[queries["build_round"] == r], part, n=150, random_state=cfg.seed)
-    first = set(sample) | set(grown)
-    qids = queries["qid"].astype(str)
-    order = {"sample": sample, "grown": grown,
-             "design": [q for q in qids if q in set(part.train) and q not in first],
-             "test": [q for q in qids if q in set(part.test)]}
-    return [q for s in steps for q in order[s]]
-
-
 def export(args) -> int:
+    from relabel import (  # this folder's relabel.py: the same steps and ledgers
+        finished,
+        step_orders,
+    )
+
     from ltrr._atomic import atomic_path
     from ltrr.config import backend_settings, load_config
     from ltrr.generation.base import Generation
@@ -103,13 +89,12 @@ def export(args) -> int:
             return [found.get(k) or Generation(text="") for k in keys]
 
     rec = Recorder(real.generator, cache)
-    done: list[str] = []
-    for path in sorted(Path("data/checkpoints").glob(f"{cfg.name}-relabelled-*.txt")):
-        done += [line.strip() for line in path.read_text().splitlines()[1:] if line.strip()]
+    done = finished(Path(args.ledger_dir), run)
     if args.check:  # the check requests: the first finished queries, answered by the cache
         run.stage_label(only=done[:max(1, args.check // 4)], tolerate_failures=True, generator=rec)
     seen.clear()
-    qids = _queries(cfg, run, args.steps.split(","))
+    order = step_orders(run)
+    qids = [q for step in args.steps.split(",") for q in order[step]]
     if args.tail:
         qids = qids[-args.tail:]
     qids = [q for q in qids if q not in set(done)][::-1]  # the reverse of the local order
@@ -218,6 +203,7 @@ def main(argv=None) -> int:
     e.add_argument("--max-requests", type=int, default=6000)
     e.add_argument("--check", type=int, default=24)
     e.add_argument("--out", required=True)
+    e.add_argument("--ledger-dir", default="data/checkpoints", help="relabel.py's ledgers of finished queries")
     r = sub.add_parser("run")
     r.add_argument("requests")
     r.add_argument("--model", required=True)
@@ -225,7 +211,14 @@ def main(argv=None) -> int:
     r.add_argument("--workers", type=int, default=os.cpu_count())
     r.add_argument("--deadline", type=float, default=480.0, help="seconds after the start to stop taking requests")
     args = ap.parse_args(argv)
-    return export(args) if args.cmd == "export" else run_requests(args)
+    from ltrr._errors import LtrrError
+
+    try:
+        return export(args) if args.cmd == "export" else run_requests(args)
+    except (LtrrError, OSError, lzma.LZMAError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        # one line, nothing half-written (the request file and the cache rows are written atomically)
+        print(f"label_offload: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -54,19 +54,7 @@ def main() -> None:
     run.stage_data()
     run.stage_index()
     run.stage_retrieve()
-    queries = run.dataset.queries
-    pcfg = cfg.protocol
-    part = design_test_partition(queries, design_size=pcfg["design_size"], random_state=cfg.seed)
-    sample = design_sample(queries, part, n=a.sample, random_state=cfg.seed)
-    grown: list[str] = []
-    if "build_round" in queries.columns:
-        for r in sorted(queries["build_round"].unique())[1:]:  # later rounds: design_sample of that round
-            grown += design_sample(queries[queries["build_round"] == r], part, n=a.sample, random_state=cfg.seed)
-    first = set(sample) | set(grown)
-    order = {"sample": sample,
-             "grown": grown,
-             "design": [q for q in queries["qid"].astype(str) if q in set(part.train) and q not in first],
-             "test": [q for q in queries["qid"].astype(str) if q in set(part.test)]}
+    order = step_orders(run, a.sample)
     gen = run.make_generator()
     done, ledger = _ledger(Path(a.ledger_dir), run, i, n)
     for step in a.steps.split(","):
@@ -83,18 +71,44 @@ def main() -> None:
         print(f"[relabel] {step} done: {gen.generator_calls} generator calls, {gen.hits} cache hits", flush=True)
 
 
-def _ledger(folder: Path, run, i: int, n: int) -> tuple[set[str], Path]:
-    """(the queries that the ledgers of this label fingerprint list, this shard's ledger file).
-    A ledger of another fingerprint (other label settings) is ignored, and this shard's own is
-    started afresh under the current one."""
+def step_orders(run, sample: int = 150) -> dict[str, list[str]]:
+    """The query ids of each step (module docstring), in the order the shards label them."""
+    queries, cfg = run.dataset.queries, run.config
+    part = design_test_partition(queries, design_size=cfg.protocol["design_size"], random_state=cfg.seed)
+    first = design_sample(queries, part, n=sample, random_state=cfg.seed)
+    grown: list[str] = []
+    if "build_round" in queries.columns:
+        for r in sorted(queries["build_round"].unique())[1:]:  # later rounds: design_sample of that round
+            grown += design_sample(queries[queries["build_round"] == r], part, n=sample, random_state=cfg.seed)
+    early = set(first) | set(grown)
+    qids = queries["qid"].astype(str)
+    return {"sample": first,
+            "grown": grown,
+            "design": [q for q in qids if q in set(part.train) and q not in early],
+            "test": [q for q in qids if q in set(part.test)]}
+
+
+def _head(run) -> str:
     from ltrr.pipeline.labels import label_fingerprint
 
-    head = f"# label fingerprint {label_fingerprint(run)}\n"
-    done: set[str] = set()
+    return f"# label fingerprint {label_fingerprint(run)}\n"
+
+
+def finished(folder: Path, run) -> list[str]:
+    """The queries that the ledgers of this run's label fingerprint list, in ledger order; a
+    ledger of another fingerprint (other label settings) counts for nothing."""
+    head, done = _head(run), []
     for path in sorted(folder.glob(f"{run.config.name}-relabelled-*.txt")):
         lines = path.read_text().splitlines(keepends=True)
         if lines and lines[0] == head:
-            done.update(q.strip() for q in lines[1:] if q.strip())
+            done += [q.strip() for q in lines[1:] if q.strip()]
+    return done
+
+
+def _ledger(folder: Path, run, i: int, n: int) -> tuple[set[str], Path]:
+    """(the queries the ledgers list, this shard's ledger file, started afresh under the current
+    fingerprint when it has another)."""
+    head, done = _head(run), set(finished(folder, run))
     mine = folder / f"{run.config.name}-relabelled-{i}of{n}.txt"
     if not mine.exists() or not mine.read_text().startswith(head):
         folder.mkdir(parents=True, exist_ok=True)
