@@ -71,6 +71,10 @@ def main() -> None:
         print(f"[relabel] {step} done: {gen.generator_calls} generator calls, {gen.hits} cache hits", flush=True)
 
 
+#: The steps, in the order they are labelled.
+STEPS = ("sample", "grown", "design", "test")
+
+
 def step_orders(run, sample: int = 150) -> dict[str, list[str]]:
     """The query ids of each step (module docstring), in the order the shards label them."""
     queries, cfg = run.dataset.queries, run.config
