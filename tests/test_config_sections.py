@@ -35,6 +35,7 @@ GOLDEN = {
     "demo-agent-gpu": ("367c4bf91c2f1cb5", "e202223a9b0de968"),
     "demo-agent-unseen": ("f2a141c7df54fba3", "4a4cc7bb37681c52"),
     "demo-agent-qwen": ("e079f53b65ec0d34", "4c74192012339e99"),  # session 18: the router on Qwen's labels
+    "demo-agent-qwen-unseen": ("28fb48c56f5f74de", "e659bdd4aa9d39bc"),  # session 19: its unseen-arm test
     "demo-full": ("44d59325de2cb375", "c9b8f83989f46a30"),
     "demo-qwen": ("fc8556c92c2b31a3", "5cf4c98e20f3a977"),  # session 17: no likelihood label
     "demo-signal": ("e67e53d6389023cf", "bef6e89d62e9f5db"),
