@@ -30,7 +30,7 @@ any x86-64 machine with AVX2, and the outputs do not depend on the thread count,
 machine's answers are expected to be the local ones bit for bit; the check measures that before
 any row is made.
 
-Measured on the lent H100 machine's 16 CPU cores (gVisor): session 14, 3,689 test-part requests
+Measured on the lent H100 machine's 16 CPU cores (gVisor): session 12, 3,689 test-part requests
 with 24/24 checks identical; session 19, 1,639 requests in 695 s of two calls (2.4 a second from
 16 one-thread workers, 6.4 s a request each, about half this machine's per-core speed), 12/12
 checks identical. The model travels in eight parts of at most 62.2 MB, one a call (a call's
