@@ -58,11 +58,10 @@ def main() -> None:
     gen = run.make_generator()
     done, ledger = _ledger(Path(a.ledger_dir), run, i, n)
     for step in a.steps.split(","):
-        ours = [q for q in order[step] if q not in done][i::n] if a.balance else order[step][i::n]
-        mine = [q for q in ours if q not in done]
+        left = [q for q in order[step] if q not in done]
+        mine = left[i::n] if a.balance else [q for q in order[step][i::n] if q not in done]
         print(f"[relabel] {step}: {len(mine)} queries (shard {i}/{n}{', balanced' if a.balance else ''}; "
-              f"{len(order[step]) - len([q for q in order[step] if q not in done])} finished in all, in a ledger)",
-              flush=True)
+              f"{len(order[step]) - len(left)} finished in all, in a ledger)", flush=True)
         for start in range(0, len(mine), a.chunk):
             chunk = mine[start:start + a.chunk]
             run.stage_label(only=chunk, tolerate_failures=True, generator=gen)

@@ -12,8 +12,9 @@ passed to ``generate``).
 Measured on 8 test questions of demo-agent with the committed SFT policy (greedy, one core,
 after a warm-up pass, the two modes alternated): 85.8 and 88.8 s with the cache against 113.4 and
 109.6 s without (22% less), and all 8 trajectories had the same token ids (17 continuations
-started from the cached 560-token prefix). The tokens come out the same, but the logits are not bit for bit those of a full prefill (within 4e-5: the prefix's
-keys and values come from another matrix shape), so a cache is only for a model whose weights do
+started from the cached 560-token prefix). The tokens come out the same, but the logits are not
+bit for bit those of a full prefill (within 4e-5: the prefix's keys and values come from another
+matrix shape), so a cache is only for a model whose weights do
 not change, one rollout at a time: `ltrr agent eval` and the RFT baseline's sampling turn it on;
 a GRPO run never does (its model changes every step, and its first steps were sampled without),
 and it is off unless a caller turns it on.
