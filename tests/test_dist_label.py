@@ -101,9 +101,13 @@ def test_a_killed_worker_loses_nothing(project, capsys):
     shards = root / "killed" / "dask-shards" / "killed"
 
     killed = []
+    finished = threading.Event()
 
     def kill_when_started():
-        for _ in range(600):
+        # polls until the label call returns, not for a fixed time: on a loaded machine the
+        # workers' first shard file can take longer than any fixed wait (a fresh-clone CI run
+        # beside two labelling processes took over 30 s)
+        while not finished.is_set():
             if shards.exists() and any(shards.glob("worker-*.sqlite")):
                 os.kill(pids[0], signal.SIGKILL)
                 killed.append(pids[0])
@@ -115,6 +119,7 @@ def test_a_killed_worker_loses_nothing(project, capsys):
     try:
         assert main(["label", cfg, "--scheduler", cluster.scheduler_address]) == 0
     finally:
+        finished.set()
         killer.join()
         client.close()
         cluster.close()
