@@ -34,7 +34,11 @@ class Live:
 
     def __enter__(self):
         self.thread.start()
-        for _ in range(200):
+        # Wait for as long as the server thread lives (a loaded CI machine can take well over
+        # 10 s to import and bind); a server that fails exits its thread, which ends the wait.
+        # The 300 s bound only keeps a hung start from hanging the suite.
+        deadline = time.monotonic() + 300
+        while self.thread.is_alive() and time.monotonic() < deadline:
             if self.server.started:
                 return self
             time.sleep(0.05)
