@@ -160,7 +160,9 @@ def test_wrong_key_full_queue_and_timeout():
     from ltrr.serve import ServeSettings, create_app
 
     svc = SlowService()
-    settings = ServeSettings(api_key="s3cret", max_queue=1, timeout_s=1.0)
+    # the 3 s timeout leaves the three staggered requests (0.6 s) ample room to arrive before the
+    # first one's wait ends, on a loaded machine too
+    settings = ServeSettings(api_key="s3cret", max_queue=1, timeout_s=3.0)
     with Live(create_app(svc, settings)) as live:
         with pytest.raises(openai.AuthenticationError, match="invalid API key"):
             _client(live, "wrong").models.list()
@@ -179,7 +181,7 @@ def test_wrong_key_full_queue_and_timeout():
         for t in threads:
             t.join()
         codes = sorted(r.status_code for r in out.values())
-        assert codes == [429, 503, 503], codes  # nobody is released within the 1 s timeout
+        assert codes == [429, 503, 503], codes  # nobody is released within the 3 s timeout
         assert any(r.json()["error"]["type"] == "rate_limit_error" for r in out.values())
         svc.release.set()
         time.sleep(0.5)
