@@ -33,9 +33,12 @@ import numpy as np
 import pandas as pd
 
 
-def sample_labels(config: str, *, grown: bool = False) -> tuple[pd.DataFrame, list[str], int, pd.Series | None]:
+def cache_only_run(config: str):
+    """A scratch run of ``config`` (workdir ``<workdir>-power``) labelled from the generation cache
+    alone: the label stage's backend refuses every cache miss, so nothing is generated, an item
+    not in the cache is a failed item, and the run's own workdir is not touched. Returns the run;
+    its ``labels/labels.parquet`` holds every query, failed items included."""
     from ltrr.config import load_config, validate
-    from ltrr.eval.protocol import design_sample, design_test_partition
     from ltrr.generation.base import Generation, Generator
     from ltrr.generation.cache import CachedGenerator
     from ltrr.pipeline import Run
@@ -45,18 +48,6 @@ def sample_labels(config: str, *, grown: bool = False) -> tuple[pd.DataFrame, li
     d["run"]["workdir"] = str(Path(d["run"]["workdir"]).with_name(Path(d["run"]["workdir"]).name + "-power"))
     run = Run(validate(d, cfg.source), log=lambda m: None)
     run.stage_retrieve()
-    q = run.dataset.queries
-    part = design_test_partition(q, design_size=cfg.protocol["design_size"], random_state=cfg.seed)
-    sample = design_sample(q, part, n=150, random_state=cfg.seed)
-    weights = None
-    if grown:
-        for r in sorted(q["build_round"].unique())[1:]:
-            sample += design_sample(q[q["build_round"] == r], part, n=150, random_state=cfg.seed)
-        qtype = q.set_index(q["qid"].astype(str))["qtype"].astype(str)
-        test_share = qtype.loc[list(part.test)].value_counts(normalize=True)
-        in_sample = qtype.loc[sample].value_counts()
-        # each type weighs as its share of the test part, spread over its sampled queries
-        weights = pd.Series({x: test_share.get(qtype[x], 0.0) / in_sample[qtype[x]] for x in sample})
     real = run.make_generator()
 
     class CacheOnly(Generator):
@@ -72,6 +63,26 @@ def sample_labels(config: str, *, grown: bool = False) -> tuple[pd.DataFrame, li
             return [Generation(text="", error="not in the cache") for _ in prompts]
 
     run.stage_label(force=True, tolerate_failures=True, generator=CachedGenerator(CacheOnly(), real.cache))
+    return run
+
+
+def sample_labels(config: str, *, grown: bool = False) -> tuple[pd.DataFrame, list[str], int, pd.Series | None]:
+    from ltrr.eval.protocol import design_sample, design_test_partition
+
+    run = cache_only_run(config)
+    cfg = run.config
+    q = run.dataset.queries
+    part = design_test_partition(q, design_size=cfg.protocol["design_size"], random_state=cfg.seed)
+    sample = design_sample(q, part, n=150, random_state=cfg.seed)
+    weights = None
+    if grown:
+        for r in sorted(q["build_round"].unique())[1:]:
+            sample += design_sample(q[q["build_round"] == r], part, n=150, random_state=cfg.seed)
+        qtype = q.set_index(q["qid"].astype(str))["qtype"].astype(str)
+        test_share = qtype.loc[list(part.test)].value_counts(normalize=True)
+        in_sample = qtype.loc[sample].value_counts()
+        # each type weighs as its share of the test part, spread over its sampled queries
+        weights = pd.Series({x: test_share.get(qtype[x], 0.0) / in_sample[qtype[x]] for x in sample})
     labels = pd.read_parquet(run.labels_dir / "labels.parquet")
     labels = labels[labels["qid"].isin(set(sample))]
     return labels, sample, len(part.test), weights

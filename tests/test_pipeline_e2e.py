@@ -240,6 +240,46 @@ def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     assert {r["router"] for r in head["secondary"]} == {c["router"] for c in pre["candidates"]}
 
 
+def test_protocol_design_only_preregisters_the_same_choice_without_test_labels(project, monkeypatch, tmp_path):
+    """`run_protocol(design_only=True)` (after the protocol above), given labels whose test part
+    is missing and whose remaining test rows are garbage: the same preregistration.json, byte for
+    byte, as the full protocol's; a design query without complete labels is a clear error."""
+    import numpy as np
+
+    from ltrr._errors import DataError
+    from ltrr.config import load_config
+    from ltrr.eval.headline import run_protocol
+    from ltrr.eval.protocol import design_test_partition
+    from ltrr.pipeline import Run
+
+    root, model = project
+    monkeypatch.chdir(root)
+    run = Run(load_config(root / "proto.toml"), log=lambda m: None)
+    p = run.config.protocol
+    labels, raw = run.training_inputs("protocol")
+    part = design_test_partition(run.dataset.queries, design_size=p.design_size, random_state=7)
+    test = labels["qid"].isin(set(part.test))
+    # half of the test queries unlabelled, the rest failed with nonsense utilities: never read
+    garbage = labels[test & labels["qid"].isin(list(part.test)[::2])].copy()
+    garbage["utility"], garbage["failed"] = np.nan, True
+    partial = pd.concat([labels[~test], garbage], ignore_index=True)
+    monkeypatch.setattr(run, "training_inputs", lambda stage="train": (partial, raw))
+    kwargs = dict(design_size=p.design_size, seed=7, rankers=p.rankers, train_labels=p.train_labels,
+                  feature_sets=p.feature_sets or None, n_folds=p.n_folds, routers=p.routers)
+    doc = run_protocol(run, out_dir=tmp_path / "pre", design_only=True, **kwargs)
+    full = root / "proto" / "protocol" / "seed-7" / "preregistration.json"
+    assert (tmp_path / "pre" / "preregistration.json").read_bytes() == full.read_bytes()
+    assert doc == {"preregistration": json.loads(full.read_text())}
+    assert not (tmp_path / "pre" / "headline.json").exists()
+    # a design query with a failed item: one clear error, no preregistration written
+    broken = partial.copy()
+    broken.loc[broken["qid"] == part.train[0], "failed"] = True
+    monkeypatch.setattr(run, "training_inputs", lambda stage="train": (broken, raw))
+    with pytest.raises(DataError, match="1 of the .* design queries have no complete labels"):
+        run_protocol(run, out_dir=tmp_path / "broken", design_only=True, **kwargs)
+    assert not (tmp_path / "broken").exists()
+
+
 def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     """`ltrr context pack` (after the protocol above): packed contexts within each budget, the
     plain routed arm's row, utilities for the knapsack packings, gaps and ablations."""

@@ -14,6 +14,12 @@
    captured with a paired bootstrap CI;
 5. report every other candidate on test as secondary, Bonferroni-corrected.
 
+``design_only=True`` stops after step 3. It needs the labels of the design part alone, so the
+choice and its power figure can be committed before the test part is labelled at all. The
+partition is then made over every query of the dataset (once every query is labelled, the same
+partition as the full protocol's), the test part's label rows are dropped unread, and the
+preregistration is the one the full protocol writes from the complete labels.
+
 The headline utility is the labels' ``utility`` column: the metric of generated answers.
 """
 
@@ -147,6 +153,7 @@ def run_protocol(
     n_resamples: int = 2000,
     n_jobs: int = 1,
     force: bool = False,
+    design_only: bool = False,
 ) -> dict:
     """Carry out the protocol on ``run`` (a `ltrr.pipeline.Run` with labels and features).
 
@@ -174,14 +181,18 @@ def run_protocol(
     out_dir : path, optional
         Where ``preregistration.json`` and ``headline.json`` go (default
         ``<workdir>/protocol/seed-<seed>``).
+    design_only : bool
+        Choose and pre-register from the design part's labels only, read no test label, and
+        return ``{"preregistration": ...}`` (module docstring). Every design query must be
+        labelled without a failed item.
 
     Returns
     -------
     dict
         The preregistration and the headline (see the module docstring).
     """
-    from ltrr.eval import evaluate_splits, make_splits
-    from ltrr.eval.routing import best_single_arm, utility_matrix
+    from ltrr.eval import evaluate_splits
+    from ltrr.eval.routing import utility_matrix
     from ltrr.eval.splits import Split
 
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
@@ -193,6 +204,19 @@ def run_protocol(
                                  train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
                                  feature_sets=list(feature_sets or []), n_resamples=n_resamples)
     done = out_dir / "headline.json"
+    if design_only:
+        queries = run.dataset.queries.reset_index(drop=True)
+        part = design_test_partition(queries, design_size=design_size, random_state=seed)
+        labels = labels[labels["qid"].isin(set(part.train))]  # the test part's rows, unread
+        U = utility_matrix(labels)
+        missing = sorted(set(part.train) - set(U.index))
+        if missing:
+            raise DataError(f"protocol --design-only: {len(missing)} of the {part.n_train} design queries have no "
+                            f"complete labels (e.g. {missing[0]!r}); label the design part first")
+        prereg = _preregister(run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed,
+                              rankers=rankers, train_labels=train_labels, feature_sets=feature_sets,
+                              n_folds=n_folds, routers=routers, n_jobs=n_jobs)[0]
+        return {"preregistration": prereg}
     if not force and done.is_file():
         old = json.loads(done.read_text())
         if old.get("inputs") == inputs:
@@ -202,49 +226,12 @@ def run_protocol(
     nr = run.no_retrieval_arms()[0]
     queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
     part = design_test_partition(queries, design_size=design_size, random_state=seed)
-    lab_idx = labels.set_index("qid")
-    candidates = _candidates(rankers, train_labels, feature_sets, run.config.features.set, routers)
-    for cand in candidates:
-        _check_label_column(labels, cand["label"])
-    design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)
-    U_design = U.loc[list(part.train)]
-    folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
-    t0 = time.perf_counter()
-    cv_rows, cv_preds, cv_seconds = [], {}, {}
-    # candidates in parallel processes (n_jobs = 1 runs them here, one by one): each fit is
-    # seeded, so the result does not depend on n_jobs
+    prereg, unfitted, lab_idx = _preregister(
+        run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed, rankers=rankers,
+        train_labels=train_labels, feature_sets=feature_sets, n_folds=n_folds, routers=routers, n_jobs=n_jobs)
+    cv_rows, chosen, best, power = prereg["candidates"], prereg, prereg["best_single_arm"], prereg["power"]
     from joblib import Parallel, delayed
     from sklearn.base import clone
-
-    unfitted = {cand["router"]: _candidate_router(run, cand) for cand in candidates}
-    fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds)
-                                     for c in candidates)
-    for cand, (preds, seconds) in zip(candidates, fitted, strict=True):
-        name = cand["router"]
-        ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
-                             n_resamples=200, random_state=seed)
-        row = ev.table[ev.table["pooled"]].iloc[0]
-        pq = ev.per_query[(ev.per_query["split"] == "kfold") & (ev.per_query["router"] == name)]
-        cv_preds[name] = pq
-        cv_rows.append({"router": name, "ranker": cand["ranker"], "label": cand["label"],
-                        "features": cand["features"], "spec": cand["spec"],
-                        "cv_mean_utility": float(row["mean_utility"]),
-                        "cv_best_single": float(row["best_single_utility"]),
-                        "cv_headroom_captured": float(row["headroom_captured"])})
-        cv_seconds[name] = round(seconds, 1)
-    chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
-    pq = cv_preds[chosen["router"]]
-    best = best_single_arm(U_design)
-    power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), part.n_test)
-    prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": part.n_test,
-              "router": chosen["router"], "ranker": chosen["ranker"], "label": chosen["label"],
-              "features": chosen["features"], "best_single_arm": best,
-              "candidates": cv_rows, "power": power, "n_folds": n_folds}
-    write_text_atomic(out_dir / "preregistration.json", json.dumps(prereg, indent=2, default=float) + "\n")
-    # wall-clock times go beside the results, never in them: the same config and seed give
-    # byte-identical preregistration.json and headline.json
-    write_text_atomic(out_dir / "timings.json", json.dumps(
-        {"design_seconds": round(time.perf_counter() - t0, 1), "cv_seconds": cv_seconds}, indent=2) + "\n")
 
     # ---- the test part, once -----------------------------------------------------------------
     test = list(part.test)
@@ -289,6 +276,61 @@ def run_protocol(
     doc = {"preregistration": prereg, "headline": result, "secondary": secondary, "inputs": inputs}
     write_text_atomic(out_dir / "headline.json", json.dumps(doc, indent=2, default=float) + "\n")
     return doc
+
+
+def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, seed, rankers, train_labels,
+                 feature_sets, n_folds, routers, n_jobs) -> tuple[dict, dict, pd.DataFrame]:
+    """Steps 2-3 of the protocol on the design part: cross-validate the candidates, choose, state
+    the power analysis and write ``preregistration.json`` (and ``timings.json``). Only design
+    queries' labels are read. Returns (the preregistration, the unfitted candidate routers by
+    name, the labels indexed by qid)."""
+    from ltrr.eval import evaluate_splits, make_splits
+    from ltrr.eval.routing import best_single_arm
+
+    nr = run.no_retrieval_arms()[0]
+    lab_idx = labels.set_index("qid")
+    candidates = _candidates(rankers, train_labels, feature_sets, run.config.features.set, routers)
+    for cand in candidates:
+        _check_label_column(labels, cand["label"])
+    design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)
+    U_design = U.loc[list(part.train)]
+    folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
+    t0 = time.perf_counter()
+    cv_rows, cv_preds, cv_seconds = [], {}, {}
+    # candidates in parallel processes (n_jobs = 1 runs them here, one by one): each fit is
+    # seeded, so the result does not depend on n_jobs
+    from joblib import Parallel, delayed
+
+    unfitted = {cand["router"]: _candidate_router(run, cand) for cand in candidates}
+    fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds)
+                                     for c in candidates)
+    for cand, (preds, seconds) in zip(candidates, fitted, strict=True):
+        name = cand["router"]
+        ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,
+                             n_resamples=200, random_state=seed)
+        row = ev.table[ev.table["pooled"]].iloc[0]
+        pq = ev.per_query[(ev.per_query["split"] == "kfold") & (ev.per_query["router"] == name)]
+        cv_preds[name] = pq
+        cv_rows.append({"router": name, "ranker": cand["ranker"], "label": cand["label"],
+                        "features": cand["features"], "spec": cand["spec"],
+                        "cv_mean_utility": float(row["mean_utility"]),
+                        "cv_best_single": float(row["best_single_utility"]),
+                        "cv_headroom_captured": float(row["headroom_captured"])})
+        cv_seconds[name] = round(seconds, 1)
+    chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
+    pq = cv_preds[chosen["router"]]
+    best = best_single_arm(U_design)
+    power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), part.n_test)
+    prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": part.n_test,
+              "router": chosen["router"], "ranker": chosen["ranker"], "label": chosen["label"],
+              "features": chosen["features"], "best_single_arm": best,
+              "candidates": cv_rows, "power": power, "n_folds": n_folds}
+    write_text_atomic(out_dir / "preregistration.json", json.dumps(prereg, indent=2, default=float) + "\n")
+    # wall-clock times go beside the results, never in them: the same config and seed give
+    # byte-identical preregistration.json and headline.json
+    write_text_atomic(out_dir / "timings.json", json.dumps(
+        {"design_seconds": round(time.perf_counter() - t0, 1), "cv_seconds": cv_seconds}, indent=2) + "\n")
+    return prereg, unfitted, lab_idx
 
 
 def _captured_text(cap: dict) -> str:
