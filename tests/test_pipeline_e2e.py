@@ -404,6 +404,45 @@ def test_label_shards_fill_the_cache_replicate_included(project, capsys, monkeyp
     assert again["generator_calls"] == 0 and again["cache_hits"] > 0
 
 
+def test_tolerated_failures_are_retried_by_the_next_label_run(project, capsys, monkeypatch):
+    """A labelling whose failed items were tolerated does not mark the stage done: the next
+    `ltrr label` generates the failed items again (every other item from the cache), and the
+    label fingerprint the later stages see changes; a complete labelling is then skipped."""
+    from ltrr.config import load_config
+    from ltrr.generation import generators
+    from ltrr.generation.base import Generation
+    from ltrr.generation.cache import CachedGenerator
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.labels import label_fingerprint
+
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "retry", model, 7)
+    cfg.write_text(cfg.read_text().replace(f"cache = \"{root / 'cache.sqlite'}\"", f"cache = \"{root / 'retry.sqlite'}\""))
+    assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
+
+    class Flaky(generators.get("test-last-doc")):
+        def generate(self, prompts, params=None):  # every third prompt of a call fails
+            out = super().generate(prompts, params)
+            return [Generation(text="", error="server down") if i % 3 == 0 else g for i, g in enumerate(out)]
+
+    run = Run(load_config(cfg), log=lambda m: None)
+    real = run.make_generator()
+    run.stage_label(tolerate_failures=True, generator=CachedGenerator(Flaky(), real.cache))
+    first = json.loads((root / "retry" / "labels" / "summary.json").read_text())
+    fp = label_fingerprint(run)
+    assert first["failed_items"] > 0 and run.fingerprint_of("label") == f"{fp}:failed-{first['failed_items']}"
+    capsys.readouterr()
+    assert main(["label", str(cfg)]) == 0
+    assert f"{first['failed_items']} items failed last time: labelling again" in capsys.readouterr().out
+    second = json.loads((root / "retry" / "labels" / "summary.json").read_text())
+    # only what failed is generated again (the noise-floor control's failed calls included)
+    assert second["failed_items"] == 0 and 0 < second["generator_calls"] < first["generator_calls"]
+    assert second["cache_hits"] > 0 and run.fingerprint_of("label") == fp
+    assert main(["label", str(cfg)]) == 0
+    assert "[label] skipped: inputs unchanged" in capsys.readouterr().out
+
+
 def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     """[policy] makes `ltrr run` evaluate budgeted policies; `ltrr policy train` saves one that
     `ltrr route` reads; bad budgets and another pool are one-line errors."""

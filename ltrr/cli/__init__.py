@@ -437,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("config")
     lb.add_argument("--no-cache", action="store_true", help="bypass the generation cache")
     lb.add_argument("--force", action="store_true", help="relabel even if up to date")
-    lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed")
+    lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed (the next run generates them again)")
     add_field_flag(lb, DataSection, "max_queries", "--questions", old=["--max-queries"], metavar="N",
                    help="label a seeded, type-stratified sample of N questions")
     lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")

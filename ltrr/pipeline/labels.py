@@ -87,6 +87,10 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if not force and shard is None and only is None and run.is_fresh("label", fp, [out]):
         run.log(f"[label] skipped: inputs unchanged, labels in {out}")
         return out
+    retry = run.fingerprint_of("label") or ""
+    if not force and shard is None and only is None and retry.startswith(f"{fp}:failed-"):
+        run.log(f"[label] {retry.rsplit('-', 1)[1]} items failed last time: labelling again (they are "
+                "generated again; every other item comes from the cache)")
     try:
         metric = parse_metric(lcfg.metric)
         extras = parse_metrics(lcfg.extra_metrics) if lcfg.extra_metrics else []
@@ -156,7 +160,12 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     run.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
              f"{summary['seconds']:.1f}s -> {out}")
     raise_for_failures(summary, tolerate)
-    run.record("label", fp, time.perf_counter() - t0, generator_calls=summary["generator_calls"])
+    # A tolerated failure does not make the stage fresh: it is recorded under another fingerprint,
+    # so the next run labels again (retrying the failed items, the rest from the cache), and once
+    # they succeed, the stages after it see the label fingerprint change and run again too.
+    failed = int(summary.get("failed_items", 0))
+    run.record("label", f"{fp}:failed-{failed}" if failed else fp, time.perf_counter() - t0,
+               generator_calls=summary["generator_calls"])
     return out
 
 
