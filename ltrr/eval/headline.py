@@ -200,10 +200,6 @@ def run_protocol(
     seed = run.config.seed if seed is None else int(seed)
     labels, raw = run.training_inputs("protocol")
     out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"
-    inputs = _inputs_fingerprint(run, labels, replicate, design_size=design_size, seed=seed, rankers=list(rankers),
-                                 train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
-                                 feature_sets=list(feature_sets or []), n_resamples=n_resamples)
-    done = out_dir / "headline.json"
     if design_only:
         queries = run.dataset.queries.reset_index(drop=True)
         part = design_test_partition(queries, design_size=design_size, random_state=seed)
@@ -211,12 +207,16 @@ def run_protocol(
         U = utility_matrix(labels)
         missing = sorted(set(part.train) - set(U.index))
         if missing:
-            raise DataError(f"protocol --design-only: {len(missing)} of the {part.n_train} design queries have no "
+            raise DataError(f"protocol, design part only: {len(missing)} of the {part.n_train} design queries have no "
                             f"complete labels (e.g. {missing[0]!r}); label the design part first")
         prereg = _preregister(run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed,
                               rankers=rankers, train_labels=train_labels, feature_sets=feature_sets,
                               n_folds=n_folds, routers=routers, n_jobs=n_jobs)[0]
         return {"preregistration": prereg}
+    inputs = _inputs_fingerprint(run, labels, replicate, design_size=design_size, seed=seed, rankers=list(rankers),
+                                 train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
+                                 feature_sets=list(feature_sets or []), n_resamples=n_resamples)
+    done = out_dir / "headline.json"
     if not force and done.is_file():
         old = json.loads(done.read_text())
         if old.get("inputs") == inputs:
