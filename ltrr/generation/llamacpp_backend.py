@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -60,13 +61,21 @@ def _llama_cpp() -> Any:
 def gguf_metadata(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[str, Any]:
     """The values of ``keys`` in a GGUF file's header (absent keys are left out).
 
-    Read with the ``gguf`` package (memory-mapped; the tensors are not loaded).
+    The header's key-value section is read directly (`_scan_gguf_header`): the ``gguf``
+    package's ``GGUFReader`` builds every field up front, the 151,000-string vocabulary
+    included, which took 12.4 s for the Qwen-0.5B file on one core against milliseconds here
+    (measured 2026-11-27). A header this scan does not take in (big-endian, a version before
+    2, an unknown value type) is read with ``GGUFReader``, which also judges a broken file.
 
     Raises
     ------
     DataError
         The file is not a readable GGUF file.
     """
+    try:
+        return _scan_gguf_header(path, keys)
+    except (_NotScanned, OSError, struct.error, UnicodeDecodeError, ValueError):
+        pass
     import gguf
 
     try:
@@ -78,6 +87,64 @@ def gguf_metadata(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[str
         field = reader.get_field(key)
         if field is not None:
             out[key] = field.contents()
+    return out
+
+
+class _NotScanned(Exception):
+    """The header is not one `_scan_gguf_header` reads; the ``gguf`` package reads it."""
+
+
+# GGUF value types (gguf.constants.GGUFValueType): fixed-size scalars by struct code.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def _scan_gguf_header(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[str, Any]:
+    """``keys``' values from a little-endian GGUF (version 2 or 3) header; arrays of the wanted
+    keys come back as lists, every other array is skipped unread."""
+    import mmap
+
+    wanted, out = set(keys), {}
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        if m[:4] != b"GGUF":
+            raise _NotScanned
+        version, _, n_kv = struct.unpack_from("<IQQ", m, 4)
+        if version not in (2, 3):
+            raise _NotScanned
+        pos = 24
+
+        def string(pos: int) -> tuple[str, int]:
+            (n,) = struct.unpack_from("<Q", m, pos)
+            return m[pos + 8:pos + 8 + n].decode("utf-8"), pos + 8 + n
+
+        def value(kind: int, pos: int, keep: bool) -> tuple[Any, int]:
+            if kind in _GGUF_SCALARS:
+                code = "<" + _GGUF_SCALARS[kind]
+                return (struct.unpack_from(code, m, pos)[0] if keep else None), pos + struct.calcsize(code)
+            if kind == _GGUF_STRING:
+                if keep:
+                    return string(pos)
+                return None, pos + 8 + struct.unpack_from("<Q", m, pos)[0]
+            if kind == _GGUF_ARRAY:
+                item, count = struct.unpack_from("<IQ", m, pos)
+                pos += 12
+                if item in _GGUF_SCALARS and not keep:
+                    return None, pos + count * struct.calcsize("<" + _GGUF_SCALARS[item])
+                items = []
+                for _ in range(count):
+                    v, pos = value(item, pos, keep)
+                    items.append(v)
+                return (items if keep else None), pos
+            raise _NotScanned
+
+        for _ in range(n_kv):
+            key, pos = string(pos)
+            (kind,) = struct.unpack_from("<I", m, pos)
+            v, pos = value(kind, pos + 4, key in wanted)
+            if key in wanted:
+                out[key] = v
+                if len(out) == len(wanted):
+                    break
     return out
 
 
@@ -164,6 +231,7 @@ class LlamaCppGenerator(Generator):
         self.quantisation = _FILE_TYPES.get(int(file_type), f"ftype{file_type}") if file_type is not None else "unknown"
         self._identity: str | None = None
         self._eog: frozenset[int] | None = None
+        self._formatter: Any = None  # the chat template, compiled once (compiling it cost 0.1 s a prompt)
 
     def __repr__(self) -> str:
         return f"LlamaCppGenerator(model={str(self._path)!r}, n_ctx={self.n_ctx})"
@@ -235,18 +303,20 @@ class LlamaCppGenerator(Generator):
     def render(self, prompt: str | list[dict[str, str]]) -> str:
         """The prompt in the model's own chat template, ending with the assistant's turn."""
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        chat = _llama_cpp().llama_chat_format
-        llama = self.llama
-        if self._template:
-            formatter = chat.Jinja2ChatFormatter(
-                template=self._template, eos_token=self._token_text(llama.token_eos()),
-                bos_token=self._token_text(llama.token_bos()), add_generation_prompt=True)
-        else:
-            formatter = getattr(chat, f"format_{self.chat_format}", None)
-            if formatter is None:
-                raise ConfigError(f"llama_cpp chat_format {self.chat_format!r} is not a llama.cpp chat "
-                                  "format (llama_cpp.llama_chat_format.format_NAME)")
-        return formatter(messages=messages).prompt
+        if self._formatter is None:
+            chat = _llama_cpp().llama_chat_format
+            if self._template:
+                llama = self.llama
+                self._formatter = chat.Jinja2ChatFormatter(
+                    template=self._template, eos_token=self._token_text(llama.token_eos()),
+                    bos_token=self._token_text(llama.token_bos()), add_generation_prompt=True)
+            else:
+                formatter = getattr(chat, f"format_{self.chat_format}", None)
+                if formatter is None:
+                    raise ConfigError(f"llama_cpp chat_format {self.chat_format!r} is not a llama.cpp chat "
+                                      "format (llama_cpp.llama_chat_format.format_NAME)")
+                self._formatter = formatter
+        return self._formatter(messages=messages).prompt
 
     def prompt_ids(self, prompt: str | list[dict[str, str]]) -> list[int]:
         """Token ids of the rendered prompt (the template writes its special tokens as text)."""
