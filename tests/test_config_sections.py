@@ -26,24 +26,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # name -> (Config.fingerprint(), sha256 of json.dumps(to_dict()) without sorting: the key order)
 GOLDEN = {
-    "demo": ("b1295b46fab0b4b0", "bdfb9f533cf74884"),
+    # every config moved on purpose in session 22: [eval] n_jobs (default 1), the eval stage's fits in
+    # parallel processes; no stage fingerprint reads it (ltrr.pipeline.evaluate.eval_fingerprint)
+    "demo": ("e3db75122cd5ecf0", "cceed25e449db42e"),
     # the three agent configs moved on purpose since (session 16): the LoRA learning rates,
     # [agent] sft 1e-4 -> 2e-3 (chosen on design scripts, benchmarks/lora_lr.py) and [agent] grpo
     # 1e-5 -> 1e-4 (ltrr.agent.grpo.GRPOSpec)
     # and again (session 17): [generation] prebuilt = "demo-agent", the shipped generations
-    "demo-agent": ("00270b10f8bc34dd", "f10575a494326245"),
-    "demo-agent-gpu": ("367c4bf91c2f1cb5", "e202223a9b0de968"),
-    "demo-agent-unseen": ("f2a141c7df54fba3", "4a4cc7bb37681c52"),
-    "demo-agent-qwen": ("e079f53b65ec0d34", "4c74192012339e99"),  # session 18: the router on Qwen's labels
-    "demo-agent-qwen-unseen": ("28fb48c56f5f74de", "e659bdd4aa9d39bc"),  # session 19: its unseen-arm test
-    "demo-full": ("44d59325de2cb375", "c9b8f83989f46a30"),
-    "demo-qwen": ("fc8556c92c2b31a3", "5cf4c98e20f3a977"),  # session 17: no likelihood label
-    "demo-signal": ("e67e53d6389023cf", "bef6e89d62e9f5db"),
+    "demo-agent": ("c5600ffa4764fcdb", "8822a5591c9a4081"),
+    "demo-agent-gpu": ("3654f6ae1ddb26a8", "84638cb79db49284"),
+    "demo-agent-unseen": ("680dc41493b9fe41", "d45b8d8ade61b1b5"),
+    "demo-agent-qwen": ("97ece178a0ce28d4", "cd7ae2016d8f5af9"),  # session 18: the router on Qwen's labels
+    "demo-agent-qwen-unseen": ("57b8d567b42a2a1f", "dd97ce4e9bd03fd7"),  # session 19: its unseen-arm test
+    "demo-full": ("d630e3816a9c6aa5", "fda971100cb996f5"),
+    "demo-qwen": ("97b15d976110b3eb", "d2ed2fe47f9ac9d7"),  # session 17: no likelihood label
+    "demo-signal": ("d883cb78208de0fd", "aa6955124837b8bb"),
 }
 GOLDEN_DEMO_SECTIONS = {
     "run": "49f5065b0e369522", "data": "1dddea9d98a3757f", "generation": "a6b8ac067754ab74",
     "labels": "e8d858a5c9c5c4bd", "features": "163d25d523dcb43a", "train": "0b5f9d586ae92f49",
-    "eval": "f878c64fb794d3ab", "protocol": "8a8e7322e8737a0d", "policy": "ebd0481a142dda35",
+    "eval": "c1f56982fa070b2f", "protocol": "8a8e7322e8737a0d", "policy": "ebd0481a142dda35",
     "context": "64c7ebbe168bfba8", "agent": "dd618a34a18e652b",
 }
 # a config with the corners: backend keys in [generation], a [policy] table (enabled decided by
@@ -60,7 +62,7 @@ EDGE = {
     "retrievers": {"bm25": {"type": "bm25"}},
     "arms": [{"name": "none"}, {"name": "bm25", "retriever": "bm25", "k": 3}],
 }
-GOLDEN_EDGE = ("2bdd30d24cd8345a", "b9777fb79e4a5a09")
+GOLDEN_EDGE = ("5c2bf1b77dc72c03", "dc84ee01541861d6")
 
 
 def _order_hash(cfg: Config) -> str:

@@ -362,6 +362,30 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
     assert head.stat().st_mtime_ns == before  # skipped: inputs unchanged
 
 
+def test_eval_fits_in_2_processes_give_the_same_tables(project, capsys, monkeypatch):
+    """``[eval] n_jobs = 2`` fits the (split, ranker) jobs in worker processes (a torch ranker
+    among them): results.csv is byte-identical to the one-process run's, the setting is no input
+    of the stage's fingerprint, and a bad value is one clear error line."""
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "jobs", model, 7)
+    assert main(["run", str(cfg)]) == 0
+    capsys.readouterr()
+    results = root / "jobs" / "reports" / "results.csv"
+    one = results.read_bytes()
+    cfg.write_text(cfg.read_text().replace("n_bootstrap = 200", "n_bootstrap = 200\nn_jobs = 2"))
+    assert main(["eval", str(cfg)]) == 0
+    assert "[eval] skipped: inputs unchanged" in capsys.readouterr().out
+    assert main(["eval", str(cfg), "--force"]) == 0
+    assert ", 2 processes" in capsys.readouterr().out
+    assert results.read_bytes() == one
+    cfg.write_text(cfg.read_text().replace("n_jobs = 2", "n_jobs = 0"))
+    assert main(["eval", str(cfg), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ltrr: error: [eval] n_jobs must be a positive integer, got 0") and err.count("\n") == 1
+    assert results.read_bytes() == one  # nothing half-written
+
+
 def test_label_shards_fill_the_cache_replicate_included(project, capsys, monkeypatch):
     """`ltrr label --shard i/N` fills the cache with its queries and their replicate: the
     unsharded run afterwards makes no generator call and writes both tables."""

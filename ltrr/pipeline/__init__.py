@@ -13,7 +13,8 @@ the next run redoes (or, for labelling, resumes) it.
 """
 
 from ltrr.pipeline.context import RunContext
-from ltrr.pipeline.run import DEFAULT_RANKERS, STAGES, TRAIN_FREE, Run
+from ltrr.pipeline.evaluate import DEFAULT_RANKERS, TRAIN_FREE
+from ltrr.pipeline.run import STAGES, Run
 
 # the registry itself is `ltrr.pipeline.stages.stages`: exporting it here would hide the module
 from ltrr.pipeline.stages import RUN_ORDER, Stage, StageOptions, run_stages

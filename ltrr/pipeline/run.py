@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
-from ltrr._log import bar, logger, progress_enabled
+from ltrr._errors import ConfigError, LtrrError, NotBuiltError
+from ltrr._log import logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config, backend_settings
 from ltrr.data.io import (
@@ -30,6 +30,11 @@ from ltrr.data.io import (
 from ltrr.data.irds import attach_answers, irds_slug, is_irds, load_irds
 from ltrr.data.sample import stratified_sample as _stratified_sample
 from ltrr.pipeline._common import input_fingerprint
+from ltrr.pipeline.evaluate import (
+    eval_fingerprint,
+    eval_stage,
+    fit_router,
+)
 from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
 from ltrr.rankers.tags import ranker_tags
 
@@ -38,11 +43,6 @@ __all__ = ["Run", "STAGES"]
 # the stages with a method here, in run order (`ltrr.pipeline.stages.RUN_ORDER` adds policy and headline)
 STAGES = ("data", "index", "retrieve", "label", "features", "eval", "train")
 
-DEFAULT_RANKERS = (
-    "lambdamart-listwise", "xgboost-listwise", "xgboost-pairwise", "xgboost-pointwise",
-    "svm-pointwise", "svmrank-pairwise", "ffn-pointwise", "ffn-pairwise", "listnet-listwise",
-)
-TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
 
 
 
@@ -358,15 +358,8 @@ class Run:
         LtrrError
             Of the ranker's own type, as ``stage <stage>: router '<ranker>' failed to train<where>``.
         """
-        from ltrr.rankers.convergence import convergence_notes, recorded_convergence_warnings
-
         router = self.make_router("ltrr", ranker)
-        try:
-            with recorded_convergence_warnings() as notes:
-                router.fit(raw, labels, texts=texts)
-        except LtrrError as exc:
-            raise type(exc)(f"stage {stage}: router {ranker!r} failed to train{where}: {exc}") from None
-        return router, convergence_notes(notes, router)
+        return router, fit_router(router, raw, labels, texts=texts, stage=stage, ranker=ranker, where=where)
 
     def stage_train(self, ranker: str | None = None, *, force: bool = False) -> Path:
         """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
@@ -403,78 +396,13 @@ class Run:
         return str((has_answer if len(has_answer) else q)["question"].iloc[0])
 
     def eval_fingerprint(self) -> str:
-        """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed."""
-        # the retrieval tables' measures change no router figure (and a run saved before the key
-        # existed keeps its fingerprint)
-        ecfg = {k: v for k, v in self.config.eval.items() if k != "retrieval_measures"}
-        return input_fingerprint({"labels": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
-                                  "eval": ecfg, "train": self.config.train.to_dict(), "seed": self.config.seed})
+        """The fingerprint of the eval stage's inputs (`ltrr.pipeline.evaluate.eval_fingerprint`)."""
+        return eval_fingerprint(self)
 
     def stage_eval(self, *, force: bool = False) -> dict[str, Path]:
-        """Train every router on each split's train queries and compare them on its test queries."""
-        from ltrr.eval import evaluate_splits, make_splits, plots, write_report
-        from ltrr.eval.routing import utility_matrix
-
-        labels, raw = self.training_inputs("eval")
-        ecfg, tcfg = self.config.eval, self.config.train
-        rankers = list(tcfg.rankers or DEFAULT_RANKERS)
-        fp = self.eval_fingerprint()
-        out = self.reports_dir / "results.csv"
-        if not force and self.is_fresh("eval", fp, [out]):
-            self.log(f"[eval] skipped: inputs unchanged, report in {self.reports_dir}")
-            return {"report": self.reports_dir / "eval.md"}
-        t0 = time.perf_counter()
-        U = utility_matrix(labels)
-        gains = utility_matrix(labels, value="norm_gain")
-        queries = self.dataset.queries[self.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
-        if queries.empty:
-            raise DataError("stage eval: no query has complete labels")
-        try:
-            splits = make_splits(queries, names=ecfg.splits, test_size=ecfg.test_size,
-                                 n_folds=ecfg.n_folds, random_state=self.config.seed)
-        except LtrrError as exc:
-            raise type(exc)(f"stage eval: {exc}") from None
-        texts = self.texts() if any(ranker_tags(r).needs_text for r in rankers) else None
-        predictions: dict[str, dict] = {}
-        importances: dict[str, float] = {}
-        lab_idx = labels.set_index("qid")
-        n_routers = len(TRAIN_FREE) + 2 + len(rankers)
-        self.log(f"[eval] start: {len(splits)} splits x {n_routers} routers on {len(queries)} queries")
-        warned: list[str] = []
-        for split in bar(splits, desc="eval splits", unit="split"):
-            train_raw, test_raw = raw.subset(split.train), raw.subset(split.test)
-            train_labels = lab_idx.loc[lab_idx.index.isin(split.train)].reset_index()
-            preds = {}
-            for name in (*TRAIN_FREE, "random", "no-retrieval"):
-                preds[name] = _wide(self.make_router(name).fit(train_raw, train_labels).route_scores(test_raw))
-            for rk in rankers:
-                router, notes = self.fit_ltr_router(rk, train_raw, train_labels, texts=texts, stage="eval",
-                                                    where=f" on split {split.name!r}")
-                warned += [f"ltrr:{rk}: {note} on split {split.name}" for note in notes]
-                preds[f"ltrr:{rk}"] = _wide(router.route_scores(test_raw, texts=texts))
-                if split.name == "balanced" and rk == "lambdamart-listwise":
-                    importances = router.feature_importance()
-            predictions[split.name] = preds
-        nf = float("nan")
-        summary_path = self.labels_dir / "summary.json"
-        if summary_path.exists():
-            nf = json.loads(summary_path.read_text()).get("noise_floor", {}).get("share_of_headroom", float("nan"))
-        ev = evaluate_splits(U, splits, predictions, costs=self.pool.costs, no_retrieval=self.no_retrieval_arms()[0],
-                             queries=queries, gains=gains, noise_floor=nf, correction=ecfg.correction,
-                             k=ecfg.k, n_resamples=ecfg.n_bootstrap, random_state=self.config.seed)
-        ev.meta["warnings"] = warned
-        paths = write_report(ev, self.reports_dir)
-        pdir = self.reports_dir / "plots"
-        paths["plot_utility"] = plots.plot_utility(ev.table, pdir / "utility.png")
-        paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png", no_retrieval=self.no_retrieval_arms()[0])
-        if not ev.by_type.empty:
-            paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / "per_type.png")
-        if importances:
-            paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / "feature_importance.png")
-        paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / "cost_utility.png")
-        self.record("eval", fp, time.perf_counter() - t0)
-        self.log(f"[eval] {len(splits)} splits x {len(predictions[splits[0].name])} routers in {time.perf_counter() - t0:.1f}s")
-        return paths
+        """Train every router on each split's train queries and compare them on its test queries
+        (`ltrr.pipeline.evaluate.eval_stage`)."""
+        return eval_stage(self, force=force)
 
     def retrieval_measures(self) -> list[str]:
         """The ``[eval] retrieval_measures`` (default: nDCG@10, R@k at each arm's k, RR, P@1)."""
@@ -532,11 +460,6 @@ class Run:
         key = RunKey.of(self.fingerprint_of("retrieve") or "", self.dataset.queries, self.dataset.qrels,
                         self.config.data.dataset)
         return write_trec_runs(runs, folder, key, log=self.log)
-
-def _wide(scores: pd.DataFrame) -> pd.DataFrame:
-    """Router scores (qid, arm, score) as a qid x arm matrix."""
-    return scores.pivot(index="qid", columns="arm", values="score")
-
 
 def _read_meta(folder: Path) -> dict:
     p = folder / "meta.json"

@@ -1,0 +1,147 @@
+"""The eval stage over a `RunContext`: every router trained on each split's train queries and
+compared on its test queries, the (split, ranker) fits in parallel processes.
+
+Each fit is seeded and a torch ranker trains on one thread whatever ``n_jobs`` is
+(`ltrr.rankers.torch_base.torch_threads`), so the tables do not depend on ``[eval] n_jobs``;
+``tests/test_pipeline_eval.py`` checks that they are identical for 1 and 2 processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ltrr._errors import ConfigError, DataError, LtrrError
+from ltrr._log import bar
+from ltrr.pipeline._common import input_fingerprint
+from ltrr.pipeline.context import RunContext
+from ltrr.rankers.tags import ranker_tags
+
+__all__ = ["eval_stage", "eval_fingerprint", "fit_router", "TRAIN_FREE", "DEFAULT_RANKERS"]
+
+#: The LTR rankers of the eval stage when ``[train] rankers`` is empty.
+DEFAULT_RANKERS = (
+    "lambdamart-listwise", "xgboost-listwise", "xgboost-pairwise", "xgboost-pointwise",
+    "svm-pointwise", "svmrank-pairwise", "ffn-pointwise", "ffn-pairwise", "listnet-listwise",
+)
+#: The routers that need no training (the pre-retrieval baselines).
+TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
+
+
+def fit_router(router, raw, labels: pd.DataFrame, *, texts, stage: str, ranker: str, where: str = "") -> list[str]:
+    """Fit the LTR ``router`` on ``raw`` and ``labels``; returns the convergence notes of its fit.
+
+    Raises
+    ------
+    LtrrError
+        Of the ranker's own type, as ``stage <stage>: router '<ranker>' failed to train<where>``.
+    """
+    from ltrr.rankers.convergence import convergence_notes, recorded_convergence_warnings
+
+    try:
+        with recorded_convergence_warnings() as notes:
+            router.fit(raw, labels, texts=texts)
+    except LtrrError as exc:
+        raise type(exc)(f"stage {stage}: router {ranker!r} failed to train{where}: {exc}") from None
+    return convergence_notes(notes, router)
+
+
+def _fit_and_route(router, ranker: str, split_name: str, train_raw, train_labels, test_raw, texts,
+                   importance: bool) -> tuple[pd.DataFrame, list[str], dict[str, float]]:
+    """One (split, ranker) job: its test scores as a qid x arm matrix, its notes, and (when asked)
+    its feature importances. Runs in a worker process when ``[eval] n_jobs`` > 1."""
+    notes = fit_router(router, train_raw, train_labels, texts=texts, stage="eval", ranker=ranker,
+                       where=f" on split {split_name!r}")
+    return _wide(router.route_scores(test_raw, texts=texts)), notes, (router.feature_importance() if importance else {})
+
+
+def eval_fingerprint(run: RunContext) -> str:
+    """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed."""
+    # the retrieval tables' measures and the process count change no router figure (and a run
+    # saved before those keys existed keeps its fingerprint)
+    ecfg = {k: v for k, v in run.config.eval.items() if k not in ("retrieval_measures", "n_jobs")}
+    return input_fingerprint({"labels": run.fingerprint_of("label"), "features": run.fingerprint_of("features"),
+                              "eval": ecfg, "train": run.config.train.to_dict(), "seed": run.config.seed})
+
+
+def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
+    """Train every router on each split's train queries and compare them on its test queries."""
+    from joblib import Parallel, delayed
+
+    from ltrr.eval import evaluate_splits, make_splits, plots, write_report
+    from ltrr.eval.routing import utility_matrix
+
+    labels, raw = run.training_inputs("eval")
+    ecfg, tcfg = run.config.eval, run.config.train
+    if isinstance(ecfg.n_jobs, bool) or not isinstance(ecfg.n_jobs, int) or ecfg.n_jobs < 1:
+        raise ConfigError(f"[eval] n_jobs must be a positive integer, got {ecfg.n_jobs!r}")
+    rankers = list(tcfg.rankers or DEFAULT_RANKERS)
+    fp = eval_fingerprint(run)
+    out = run.reports_dir / "results.csv"
+    if not force and run.is_fresh("eval", fp, [out]):
+        run.log(f"[eval] skipped: inputs unchanged, report in {run.reports_dir}")
+        return {"report": run.reports_dir / "eval.md"}
+    t0 = time.perf_counter()
+    U = utility_matrix(labels)
+    gains = utility_matrix(labels, value="norm_gain")
+    queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
+    if queries.empty:
+        raise DataError("stage eval: no query has complete labels")
+    try:
+        splits = make_splits(queries, names=ecfg.splits, test_size=ecfg.test_size,
+                             n_folds=ecfg.n_folds, random_state=run.config.seed)
+    except LtrrError as exc:
+        raise type(exc)(f"stage eval: {exc}") from None
+    texts = run.texts() if any(ranker_tags(r).needs_text for r in rankers) else None
+    lab_idx = labels.set_index("qid")
+    n_routers = len(TRAIN_FREE) + 2 + len(rankers)
+    run.log(f"[eval] start: {len(splits)} splits x {n_routers} routers on {len(queries)} queries"
+            + (f", {ecfg.n_jobs} processes" if ecfg.n_jobs > 1 else ""))
+    predictions: dict[str, dict] = {}
+    jobs = []
+    for split in splits:
+        train_raw, test_raw = raw.subset(split.train), raw.subset(split.test)
+        train_labels = lab_idx.loc[lab_idx.index.isin(split.train)].reset_index()
+        preds = predictions[split.name] = {}
+        for name in (*TRAIN_FREE, "random", "no-retrieval"):
+            preds[name] = _wide(run.make_router(name).fit(train_raw, train_labels).route_scores(test_raw))
+        jobs += [(split.name, rk, delayed(_fit_and_route)(
+            run.make_router("ltrr", rk), rk, split.name, train_raw, train_labels, test_raw, texts,
+            split.name == "balanced" and rk == "lambdamart-listwise")) for rk in rankers]
+    done = Parallel(n_jobs=ecfg.n_jobs, return_as="generator")(job for *_, job in jobs)
+    warned: list[str] = []
+    importances: dict[str, float] = {}
+    for (split_name, rk, _), (scores, notes, imp) in zip(jobs, bar(done, total=len(jobs), desc="eval fits",
+                                                                   unit="fit"), strict=True):
+        predictions[split_name][f"ltrr:{rk}"] = scores
+        warned += [f"ltrr:{rk}: {note} on split {split_name}" for note in notes]
+        importances = imp or importances
+    nf = float("nan")
+    summary_path = run.labels_dir / "summary.json"
+    if summary_path.exists():
+        nf = json.loads(summary_path.read_text()).get("noise_floor", {}).get("share_of_headroom", float("nan"))
+    nr = run.no_retrieval_arms()[0]
+    ev = evaluate_splits(U, splits, predictions, costs=run.pool.costs, no_retrieval=nr, queries=queries, gains=gains,
+                         noise_floor=nf, correction=ecfg.correction, k=ecfg.k, n_resamples=ecfg.n_bootstrap,
+                         random_state=run.config.seed)
+    ev.meta["warnings"] = warned
+    paths = write_report(ev, run.reports_dir)
+    pdir = run.reports_dir / "plots"
+    paths["plot_utility"] = plots.plot_utility(ev.table, pdir / "utility.png")
+    paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png", no_retrieval=nr)
+    if not ev.by_type.empty:
+        paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / "per_type.png")
+    if importances:
+        paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / "feature_importance.png")
+    paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / "cost_utility.png")
+    run.record("eval", fp, time.perf_counter() - t0)
+    run.log(f"[eval] {len(splits)} splits x {len(predictions[splits[0].name])} routers in {time.perf_counter() - t0:.1f}s")
+    return paths
+
+
+def _wide(scores: pd.DataFrame) -> pd.DataFrame:
+    """Router scores (qid, arm, score) as a qid x arm matrix."""
+    return scores.pivot(index="qid", columns="arm", values="score")
