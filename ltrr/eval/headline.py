@@ -229,7 +229,7 @@ def run_protocol(
     prereg, unfitted, lab_idx = _preregister(
         run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed, rankers=rankers,
         train_labels=train_labels, feature_sets=feature_sets, n_folds=n_folds, routers=routers, n_jobs=n_jobs)
-    cv_rows, chosen, best, power = prereg["candidates"], prereg, prereg["best_single_arm"], prereg["power"]
+    cv_rows, router, best, power = prereg["candidates"], prereg["router"], prereg["best_single_arm"], prereg["power"]
     from joblib import Parallel, delayed
     from sklearn.base import clone
 
@@ -240,17 +240,17 @@ def run_protocol(
         delayed(_fit_predict_router)(clone(unfitted[c["router"]]), c["label"], raw, lab_idx, part.train, test)
         for c in cv_rows)
     preds = {c["router"]: p for c, p in zip(cv_rows, test_preds, strict=True)}
-    head = evaluate_splits(U, [split], {split.name: {chosen["router"]: preds[chosen["router"]]}},
+    head = evaluate_splits(U, [split], {split.name: {router: preds[router]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
                            n_resamples=n_resamples, random_state=seed)
     second = evaluate_splits(U, [split], {split.name: preds}, costs=run.pool.costs, no_retrieval=nr,
                              queries=queries, n_resamples=n_resamples, random_state=seed, correction="bonferroni")
     row = head.table.iloc[0]
-    outcomes = head.per_query[head.per_query["router"] == chosen["router"]].set_index("qid").loc[test]
+    outcomes = head.per_query[head.per_query["router"] == router].set_index("qid").loc[test]
     r, b = outcomes["utility"].to_numpy(float), outcomes["best_single_utility"].to_numpy(float)
     o_raw = outcomes["oracle_utility"].to_numpy(float)
     result = {
-        "router": chosen["router"], "best_single_arm": best, "n_test": len(test),
+        "router": router, "best_single_arm": best, "n_test": len(test),
         "router_utility": float(r.mean()), "best_single_utility": float(b.mean()),
         "oracle_utility": float(o_raw.mean()), "headroom_raw": float(o_raw.mean() - b.mean()),
         "captured_raw": captured_share(r, b, o_raw, random_state=seed, n_resamples=n_resamples),
