@@ -35,12 +35,10 @@ import pandas as pd
 
 def cache_only_run(config: str):
     """A scratch run of ``config`` (workdir ``<workdir>-power``) labelled from the generation cache
-    alone: the label stage's backend refuses every cache miss, so nothing is generated, an item
-    not in the cache is a failed item, and the run's own workdir is not touched. Returns the run;
-    its ``labels/labels.parquet`` holds every query, failed items included."""
+    alone (`ltrr label --cache-only`): nothing is generated, an item not in the cache is a failed
+    item, and the run's own workdir is not touched. Returns the run; its
+    ``labels/labels.parquet`` holds every query, failed items included."""
     from ltrr.config import load_config, validate
-    from ltrr.generation.base import Generation, Generator
-    from ltrr.generation.cache import CachedGenerator
     from ltrr.pipeline import Run
 
     cfg = load_config(config)
@@ -48,21 +46,7 @@ def cache_only_run(config: str):
     d["run"]["workdir"] = str(Path(d["run"]["workdir"]).with_name(Path(d["run"]["workdir"]).name + "-power"))
     run = Run(validate(d, cfg.source), log=lambda m: None)
     run.stage_retrieve()
-    real = run.make_generator()
-
-    class CacheOnly(Generator):
-        backend, identity = real.generator.backend, real.generator.identity
-
-        def __getattr__(self, name):
-            return getattr(real.generator, name)
-
-        def generate(self, prompts, params=None):
-            return [Generation(text="", error="not in the cache") for _ in prompts]
-
-        def score(self, prompts, continuations):
-            return [Generation(text="", error="not in the cache") for _ in prompts]
-
-    run.stage_label(force=True, tolerate_failures=True, generator=CachedGenerator(CacheOnly(), real.cache))
+    run.stage_label(force=True, cache_only=True)
     return run
 
 

@@ -10,6 +10,10 @@ the run's own workdir is untouched), the features stage runs, and
 part of the config's seed, drops the test part's label rows unread, and writes the choice, the
 best single arm and the power analysis.
 
+The same from the command line, in the run's own workdir: ``ltrr label CONFIG --cache-only``,
+``ltrr features CONFIG``, ``ltrr protocol CONFIG --design-only``. This script leaves the run's
+workdir untouched (the cache-only labels go to a scratch workdir).
+
 Committed before the test part is labelled, the file fixes the choice in advance; the full
 ``ltrr protocol`` later writes its own ``preregistration.json``, which must be identical (the
 design part's labels, features and folds are the same). Only the config's seed can be made this

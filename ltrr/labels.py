@@ -315,7 +315,9 @@ def summarise(labels: pd.DataFrame, noise: pd.DataFrame | None, *, seed: int = 0
     if noise is not None and len(noise):
         ref = noise["arm"].iloc[0].removesuffix(NOISE_SUFFIX)
         pair = noise[~noise["failed"]].set_index("qid")["utility"].rename("perm").to_frame()
-        pair = pair.join(wide[ref].rename("ref"), how="inner").dropna()
+        # every item of the reference arm may have failed (a label from the cache alone, say)
+        ref_u = wide[ref] if ref in wide.columns else pd.Series(dtype=float)
+        pair = pair.join(ref_u.rename("ref"), how="inner").dropna()
         diff = (pair["perm"] - pair["ref"]).abs()
         out["noise_floor"] = {
             "arm": ref,

@@ -177,6 +177,26 @@ def test_disabled_cache_always_calls_backend(cache):
     assert no_cache.generator_calls == 1 and no_cache.identity == backend.identity
 
 
+def test_offline_answers_from_the_cache_alone(cache):
+    """``offline=True`` (``ltrr label --cache-only``): hits as usual, a miss is a failed
+    generation naming the cache, the backend is never called and nothing is written; an offline
+    generator without an enabled cache is a ConfigError."""
+    backend = Scripted()
+    CachedGenerator(backend, cache).generate(["a", "b"])
+    sent = list(backend.sent)
+    off = CachedGenerator(backend, cache, offline=True)
+    out = off.generate(["a", "new", "b", "new"])
+    assert [g.ok for g in out] == [True, False, True, False] and out[0].text == "out:a"
+    assert out[1].error == "not in the generation cache (cache only)" and out[3].error == out[1].error
+    assert off.counters == {"hits": 2, "misses": 2, "generator_calls": 0}
+    assert backend.sent == sent and len(cache) == 2
+    assert not off.score(["a"], [" b"])[0].ok and backend.sent == sent
+    with pytest.raises(ConfigError, match="offline CachedGenerator answers from its cache"):
+        CachedGenerator(backend, cache, enabled=False, offline=True)
+    with pytest.raises(ConfigError, match="offline CachedGenerator answers from its cache"):
+        CachedGenerator(backend, None, offline=True)
+
+
 def test_batches_are_committed_separately(cache):
     backend = Scripted()
     calls = []

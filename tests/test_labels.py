@@ -127,6 +127,16 @@ def test_failed_items_are_recorded_never_scored():
     raise_for_failures(s, tolerate=True)
 
 
+def test_every_item_failed_summarises_without_a_crash():
+    """Every item failed, the noise-floor control's too (a label from an empty cache with
+    ``--cache-only``): the summary counts them and leaves the figures NaN."""
+    run = _label(Reader(fail_on="Question"), noise_arm="good")
+    assert run.labels["failed"].all() and run.noise["failed"].all()
+    s = summarise(run.labels, run.noise, seed=0)
+    assert s["failed_items"] == 9 and s["labelled_queries"] == 0 and s["best_single_arm"] is None
+    assert np.isnan(s["oracle"]) and s["noise_floor"]["queries"] == 0
+
+
 def test_bad_label_inputs():
     q = QUERIES.copy()
     q.at[1, "answers"] = []

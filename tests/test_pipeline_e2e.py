@@ -280,6 +280,54 @@ def test_protocol_design_only_preregisters_the_same_choice_without_test_labels(p
     assert not (tmp_path / "broken").exists()
 
 
+def test_cli_labels_the_cached_design_part_and_preregisters_before_the_test_part_exists(project, capsys,
+                                                                                         monkeypatch):
+    """The long-labelling workflow on the command line: the cache holds the design part only
+    (filled as `benchmarks/relabel.py` does); `ltrr label --cache-only` labels from it with 0
+    generator calls, the test items failed and tolerated; `ltrr protocol --design-only` writes the
+    choice; once `ltrr label` has generated the rest, the full `ltrr protocol` writes the same
+    preregistration, byte for byte. Bad input: a design part not in the cache, and --cache-only
+    with the cache off, are one error line each, nothing written."""
+    from ltrr.config import load_config
+    from ltrr.eval.protocol import design_test_partition
+    from ltrr.pipeline import Run
+
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "early", model, 7)
+    text = cfg.read_text().replace('noise_floor_arm = "bm25"', 'noise_floor_arm = "bm25"\nreplicate_template = "short_answer_b"')
+    text = text.replace(f'cache = "{root / "cache.sqlite"}"', f'cache = "{root / "early-cache.sqlite"}"')
+    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nn_folds = 3\n')
+    # a design part not in the (empty) cache: the design-only choice is refused
+    assert main(["retrieve", str(cfg)]) == 0 and main(["label", str(cfg), "--cache-only"]) == 0
+    assert "not in the cache (failed items)" in capsys.readouterr().out
+    assert main(["features", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["protocol", str(cfg), "--design-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "design queries have no complete labels" in err
+    assert not (root / "early" / "protocol").exists()
+    assert main(["label", str(cfg), "--cache-only", "--no-cache"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    # the design part generated (into the cache only), then labelled and pre-registered from it
+    run = Run(load_config(cfg), log=lambda m: None)
+    part = design_test_partition(run.dataset.queries, design_size=0.7, random_state=7)
+    run.stage_label(only=list(part.train))
+    assert main(["label", str(cfg), "--cache-only"]) == 0
+    out = capsys.readouterr().out
+    assert "0 generator calls" in out and "items are not in the cache (failed items)" in out
+    assert json.loads((root / "early" / "stages" / "label.json").read_text())["fingerprint"].split(":")[1].startswith("failed-")
+    assert main(["protocol", str(cfg), "--design-only"]) == 0
+    out = capsys.readouterr().out
+    assert "Pre-registered (seed 7" in out and "no test label was read" in out
+    early = (root / "early" / "protocol" / "seed-7-design-only" / "preregistration.json").read_bytes()
+    assert not (root / "early" / "protocol" / "seed-7").exists()
+    # the rest generated; the full protocol chooses the same, byte for byte
+    assert main(["label", str(cfg)]) == 0 and main(["protocol", str(cfg)]) == 0
+    capsys.readouterr()
+    assert (root / "early" / "protocol" / "seed-7" / "preregistration.json").read_bytes() == early
+
+
 def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     """`ltrr context pack` (after the protocol above): packed contexts within each budget, the
     plain routed arm's row, utilities for the knapsack packings, gaps and ablations."""

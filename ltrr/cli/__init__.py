@@ -197,7 +197,7 @@ def cmd_label(args: argparse.Namespace) -> int:
         raise LtrrError("give --shard or --scheduler, not both")
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
                     tolerate_failures=True if args.tolerate_failures else None, shard=shard,
-                    scheduler=args.scheduler, scheduler_timeout=args.scheduler_timeout)
+                    scheduler=args.scheduler, scheduler_timeout=args.scheduler_timeout, cache_only=args.cache_only)
     return 0
 
 
@@ -342,8 +342,27 @@ def cmd_protocol(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run = Run(cfg, log=_log)
+    if args.design_only:
+        return _protocol_design_only(run, args)
     seeds = [cfg.seed] + [int(s) for s in cfg.protocol.seeds if int(s) != cfg.seed]
     _out(protocol_summary(protocol_docs(run, seeds, force=args.force, n_jobs=args.n_jobs)))
+    return 0
+
+
+def _protocol_design_only(run, args: argparse.Namespace) -> int:
+    """`ltrr protocol --design-only`: the config seed's choice from its design part's labels alone."""
+    from ltrr.eval.headline import preregistration_text, run_protocol
+
+    p, seed = run.config.protocol, run.config.seed
+    out_dir = run.workdir / "protocol" / f"seed-{seed}-design-only"
+    run.log(f"[protocol] seed {seed}, design part only ({p.design_size:.0%}): choosing by {p.n_folds}-fold CV; "
+            "no test label is read")
+    doc = run_protocol(run, design_size=p.design_size, seed=seed, rankers=p.rankers, train_labels=p.train_labels,
+                       feature_sets=p.feature_sets or None, n_folds=p.n_folds, routers=p.routers,
+                       n_jobs=args.n_jobs or p.n_jobs, out_dir=out_dir, design_only=True)
+    _out(preregistration_text(doc["preregistration"]))
+    _out(f"Design part only: no test label was read -> {out_dir / 'preregistration.json'} (the full "
+         f"`ltrr protocol` writes the same file into seed-{seed}/ once every query is labelled)")
     return 0
 
 
@@ -438,6 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--no-cache", action="store_true", help="bypass the generation cache")
     lb.add_argument("--force", action="store_true", help="relabel even if up to date")
     lb.add_argument("--tolerate-failures", action="store_true", help="exit 0 even if some items failed (the next run generates them again)")
+    lb.add_argument("--cache-only", action="store_true",
+                    help="label from the generation cache alone: no generator call; an item not in it is a failed "
+                         "item, which the next run without this flag generates (then `ltrr protocol --design-only`)")
     add_field_flag(lb, DataSection, "max_queries", "--questions", old=["--max-queries"], metavar="N",
                    help="label a seeded, type-stratified sample of N questions")
     lb.add_argument("--shard", help="I/N: fill the cache with every N-th query only (parallel warm-up)")
@@ -485,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--n-jobs", type=int, default=0,
                     help="candidates cross-validated in parallel processes (default: [protocol] n_jobs)")
     pr.add_argument("--force", action="store_true", help="redo seeds whose headline is up to date")
+    pr.add_argument("--design-only", action="store_true",
+                    help="choose and pre-register on the config seed's design part alone, reading no test label "
+                         "(every design query must be labelled: e.g. after `ltrr label --cache-only`)")
     pr.set_defaults(func=cmd_protocol)
 
     sv = sub.add_parser("serve", help="serve a trained router over an OpenAI-compatible HTTP API")

@@ -339,14 +339,19 @@ def _captured_text(cap: dict) -> str:
     return f"captured {100 * cap['estimate']:.1f}% [{100 * cap['ci_low']:.1f}%, {100 * cap['ci_high']:.1f}%]"
 
 
+def preregistration_text(pre: dict) -> str:
+    """One line: the pre-registered choice, the best single arm and the test part's power."""
+    return (f"Pre-registered (seed {pre['seed']}, design {pre['n_design']} / test {pre['n_test']} queries): "
+            f"router {pre['router']}, best single arm {pre['best_single_arm']}; the test part can detect a mean "
+            f"gain of {pre['power']['mde']:.4f} (alpha 0.05, power 0.8; {pre['power']['mde_wilcoxon_worst']:.4f} "
+            "at the Wilcoxon test's worst efficiency).")
+
+
 def protocol_summary(docs: Sequence[dict]) -> str:
     """The headline of the first seed, then the mean and sd over every partition seed."""
     h, pre = docs[0]["headline"], docs[0]["preregistration"]
     lines = [
-        f"Pre-registered (seed {pre['seed']}, design {pre['n_design']} / test {pre['n_test']} queries): "
-        f"router {pre['router']}, best single arm {pre['best_single_arm']}; the test part can detect a mean "
-        f"gain of {pre['power']['mde']:.4f} (alpha 0.05, power 0.8; {pre['power']['mde_wilcoxon_worst']:.4f} "
-        "at the Wilcoxon test's worst efficiency).",
+        preregistration_text(pre),
         f"Test: router {h['router_utility']:.4f} vs best single {h['best_single_utility']:.4f} "
         f"(gain {h['mean_gain']:+.4f}), oracle {h['oracle_utility']:.4f}, raw headroom {h['headroom_raw']:.4f}; "
         f"{_captured_text(h['captured_raw'])}; "

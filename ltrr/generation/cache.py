@@ -391,6 +391,10 @@ class CachedGenerator(GeneratorWrapper):
     batch_size : int
         Misses are sent to the backend and committed in batches of this size, so an interrupted
         run keeps all but the last batch.
+    offline : bool
+        Answer from the cache alone: a miss is a failed generation (``error`` names it) and the
+        backend is never called (``ltrr label --cache-only``). The backend still gives the key's
+        identity and counts prompt tokens.
 
     Examples
     --------
@@ -416,11 +420,15 @@ class CachedGenerator(GeneratorWrapper):
         *,
         enabled: bool = True,
         batch_size: int = 32,
+        offline: bool = False,
     ):
+        if offline and (not enabled or cache is None):
+            raise ConfigError("an offline CachedGenerator answers from its cache: it needs one, enabled")
         self.generator = generator
         self.cache = cache
         self.enabled = enabled
         self.batch_size = batch_size
+        self.offline = offline
         self.hits = 0
         self.misses = 0
         self.generator_calls = 0
@@ -473,6 +481,11 @@ class CachedGenerator(GeneratorWrapper):
                 self.misses += 1
                 todo.setdefault(key, []).append(i)
         pending = list(todo.items())
+        if self.offline:
+            for _, idx in pending:
+                for j in idx:
+                    out[j] = Generation(text="", error="not in the generation cache (cache only)")
+            return out  # type: ignore[return-value]
         for start in range(0, len(pending), self.batch_size):
             batch = pending[start : start + self.batch_size]
             gens = call([prompts[idx[0]] for _, idx in batch])

@@ -40,7 +40,7 @@ def label_fingerprint(run: RunContext) -> str:
 def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None = None,
                 tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
                 only: Sequence[str] | None = None, scheduler: str | None = None,
-                scheduler_timeout: float = 30.0, generator=None) -> Path:
+                scheduler_timeout: float = 30.0, generator=None, cache_only: bool = False) -> Path:
     """Label every (query, arm) with the utility gain of the arm's passages.
 
     With ``shard=(i, n)`` only every n-th query (from the i-th) is labelled, and its share of
@@ -49,6 +49,10 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     task). ``scheduler`` (``local[:N]`` or ``tcp://HOST:PORT``) first fills the cache on Dask
     workers (`ltrr.dist.label.fill_cache_on_dask`), then labels from it here. ``generator``
     (a `CachedGenerator`) replaces the configured one (a worker keeps its model loaded).
+    ``cache_only`` labels from the generation cache alone (after the prebuilt import): nothing
+    is generated, an item not in the cache is a failed item (tolerated), and the record says so,
+    so the next run without it generates just those (a long labelling's finished part, e.g. its
+    design part, can be labelled and pre-registered while the rest is still being generated).
     """
     from ltrr.generation import load_template
     from ltrr.labels import (
@@ -80,6 +84,9 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     template = load_template(gcfg.template)
     fp = label_fingerprint(run)
     out = run.labels_dir / "labels.parquet"
+    if cache_only and (scheduler or generator is not None or use_cache is False):
+        raise ConfigError("stage label: cache only labels from the generation cache here: not with a scheduler, "
+                          "another generator or the cache off")
     if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
         from ltrr.dist.label import fill_cache_on_dask
 
@@ -103,6 +110,11 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
 
         added = import_prebuilt(prebuilt_path(gcfg.prebuilt), generator.cache)
         run.log(f"[label] prebuilt generation cache {gcfg.prebuilt!r}: sha256 verified, {added} new rows imported")
+    if cache_only:
+        from ltrr.generation.cache import CachedGenerator
+
+        generator = CachedGenerator(generator.generator, generator.cache, offline=True)
+        tolerate = True
     judge = None
     if metric.needs_judge or any(m.needs_judge for m in extras):
         if not lcfg.judge:
@@ -159,6 +171,9 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     run.log(summary_markdown(summary))
     run.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
              f"{summary['seconds']:.1f}s -> {out}")
+    if cache_only and summary.get("failed_items"):
+        run.log(f"[label] cache only: {summary['failed_items']} items are not in the cache (failed items); "
+                "`ltrr label` without --cache-only generates them")
     raise_for_failures(summary, tolerate)
     # A tolerated failure does not make the stage fresh: it is recorded under another fingerprint,
     # so the next run labels again (retrying the failed items, the rest from the cache), and once

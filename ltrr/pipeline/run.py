@@ -244,11 +244,12 @@ class Run:
     def stage_label(self, *, force: bool = False, use_cache: bool | None = None,
                     tolerate_failures: bool | None = None, shard: tuple[int, int] | None = None,
                     only: Sequence[str] | None = None, scheduler: str | None = None,
-                    scheduler_timeout: float = 30.0, generator=None) -> Path:
+                    scheduler_timeout: float = 30.0, generator=None, cache_only: bool = False) -> Path:
         """Label every (query, arm) with the utility gain of the arm's passages
         (`ltrr.pipeline.labels.label_stage`)."""
         return label_stage(self, force=force, use_cache=use_cache, tolerate_failures=tolerate_failures, shard=shard,
-                           only=only, scheduler=scheduler, scheduler_timeout=scheduler_timeout, generator=generator)
+                           only=only, scheduler=scheduler, scheduler_timeout=scheduler_timeout, generator=generator,
+                           cache_only=cache_only)
 
     def replicate_queries(self, queries: pd.DataFrame) -> pd.DataFrame:
         """The queries of the replicate labels: the protocol's test part, or all."""
