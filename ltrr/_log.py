@@ -12,11 +12,14 @@ stage ran or was skipped) and the transformers library's info messages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 
-__all__ = ["logger", "progress_enabled", "configure", "bar"]
+__all__ = ["logger", "progress_enabled", "configure", "bar", "quiet_worker_restarts"]
 
 logger = logging.getLogger("ltrr")
 
@@ -94,3 +97,19 @@ def bar(iterable=None, **kwargs):
     kwargs["disable"] = kwargs.get("disable", False) or not progress_enabled()
     kwargs.setdefault("dynamic_ncols", True)
     return tqdm(iterable, **kwargs)
+
+
+@contextlib.contextmanager
+def quiet_worker_restarts() -> Iterator[None]:
+    """Silence joblib's loky warning that a worker stopped while jobs were queued, inside the block.
+
+    loky restarts a worker whose memory grew by 300 MB since its first task (its leak check); a
+    worker that imports torch for its second fit (a neural ranker after a GBDT) grows that much
+    once, is replaced, and the queued fits run on the new one with the same results (the eval's
+    tables are byte-identical with 1 and 2 processes). The warning would be the only line of a
+    clean run that looks like a fault, so it is dropped here; every other warning shows.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="A worker stopped while some jobs were given to the executor",
+                                category=UserWarning)
+        yield

@@ -393,3 +393,28 @@ def test_old_flag_names_still_parse_with_a_deprecation_warning(capsys):
         p.parse_args(["policy", "eval", "-h"])
     help_text = capsys.readouterr().out
     assert "--part" in help_text and "protocol --seed" not in help_text  # no such flag exists
+
+
+def test_quiet_worker_restarts_drops_only_lokys_restart_warning():
+    """loky warns from its executor's manager thread when it replaces a worker that grew (the
+    eval's and the protocol's parallel fits): inside `quiet_worker_restarts` that one warning is
+    dropped, from any thread; every other warning still shows, and outside the block it shows."""
+    import threading
+    import warnings
+
+    from ltrr._log import quiet_worker_restarts
+
+    restart = "A worker stopped while some jobs were given to the executor. This can be caused by a too short"
+
+    def from_a_thread(message):
+        t = threading.Thread(target=warnings.warn, args=(message, UserWarning))
+        t.start()
+        t.join()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet_worker_restarts():
+            from_a_thread(restart)
+            from_a_thread("something else")
+        from_a_thread(restart)
+    assert [str(w.message)[:20] for w in caught] == ["something else", restart[:20]]

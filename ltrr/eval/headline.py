@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._errors import ConfigError, DataError, LtrrError
+from ltrr._log import quiet_worker_restarts
 from ltrr.data.io import write_text_atomic
 from ltrr.eval.protocol import (
     design_test_partition,
@@ -236,9 +237,10 @@ def run_protocol(
     # ---- the test part, once -----------------------------------------------------------------
     test = list(part.test)
     split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
-    test_preds = Parallel(n_jobs=n_jobs)(
-        delayed(_fit_predict_router)(clone(unfitted[c["router"]]), c["label"], raw, lab_idx, part.train, test)
-        for c in cv_rows)
+    with quiet_worker_restarts():
+        test_preds = Parallel(n_jobs=n_jobs)(
+            delayed(_fit_predict_router)(clone(unfitted[c["router"]]), c["label"], raw, lab_idx, part.train, test)
+            for c in cv_rows)
     preds = {c["router"]: p for c, p in zip(cv_rows, test_preds, strict=True)}
     head = evaluate_splits(U, [split], {split.name: {router: preds[router]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
@@ -302,8 +304,9 @@ def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, se
     from joblib import Parallel, delayed
 
     unfitted = {cand["router"]: _candidate_router(run, cand) for cand in candidates}
-    fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds)
-                                     for c in candidates)
+    with quiet_worker_restarts():
+        fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds)
+                                         for c in candidates)
     for cand, (preds, seconds) in zip(candidates, fitted, strict=True):
         name = cand["router"]
         ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ltrr._errors import ConfigError, DataError, LtrrError
-from ltrr._log import bar
+from ltrr._log import bar, quiet_worker_restarts
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
 from ltrr.rankers.tags import ranker_tags
@@ -111,14 +111,15 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
         jobs += [(split.name, rk, delayed(_fit_and_route)(
             run.make_router("ltrr", rk), rk, split.name, train_raw, train_labels, test_raw, texts,
             split.name == "balanced" and rk == "lambdamart-listwise")) for rk in rankers]
-    done = Parallel(n_jobs=ecfg.n_jobs, return_as="generator")(job for *_, job in jobs)
     warned: list[str] = []
     importances: dict[str, float] = {}
-    for (split_name, rk, _), (scores, notes, imp) in zip(jobs, bar(done, total=len(jobs), desc="eval fits",
-                                                                   unit="fit"), strict=True):
-        predictions[split_name][f"ltrr:{rk}"] = scores
-        warned += [f"ltrr:{rk}: {note} on split {split_name}" for note in notes]
-        importances = imp or importances
+    with quiet_worker_restarts():
+        done = Parallel(n_jobs=ecfg.n_jobs, return_as="generator")(job for *_, job in jobs)
+        for (split_name, rk, _), (scores, notes, imp) in zip(jobs, bar(done, total=len(jobs), desc="eval fits",
+                                                                       unit="fit"), strict=True):
+            predictions[split_name][f"ltrr:{rk}"] = scores
+            warned += [f"ltrr:{rk}: {note} on split {split_name}" for note in notes]
+            importances = imp or importances
     nf = float("nan")
     summary_path = run.labels_dir / "summary.json"
     if summary_path.exists():
