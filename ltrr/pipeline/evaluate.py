@@ -3,7 +3,7 @@ compared on its test queries, the (split, ranker) fits in parallel processes.
 
 Each fit is seeded and a torch ranker trains on one thread whatever ``n_jobs`` is
 (`ltrr.rankers.torch_base.torch_threads`), so the tables do not depend on ``[eval] n_jobs``;
-``tests/test_pipeline_eval.py`` checks that they are identical for 1 and 2 processes.
+``tests/test_pipeline_e2e.py`` checks that they are identical for 1 and 2 processes.
 """
 
 from __future__ import annotations
