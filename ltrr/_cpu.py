@@ -15,15 +15,25 @@ alone, MKL still takes its AVX-512 branch for some products) unless the user set
 run before torch is imported, so ``import ltrr`` calls it; a process that imported torch first
 keeps its own kernels, and `cpu_kernels` (in every encoder's identity, so indexes and features
 built under other kernels are rebuilt, not reused) says which are in effect.
+
+`one_blas_thread` runs a block of numpy linear algebra on one BLAS thread. OpenBLAS splits an
+SVD's and a matrix product's sums by its thread count, so the query-embedding PCA of the
+features came out different in the last bits with 2 threads (a main process) and with 1 (a
+joblib worker, which loky limits to cores / n_jobs), and the torch rankers trained on those
+features diverged from there: the eval stage's tables differed between ``[eval] n_jobs`` 1 and 2
+on the 5,732-query demo (measured in session 23: ffn-pointwise's mean utility 0.3056 against
+0.3014 on the balanced split), and would between machines with other core counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
+from collections.abc import Iterator
 
-__all__ = ["pin_cpu_kernels", "cpu_kernels", "has_avx2"]
+__all__ = ["pin_cpu_kernels", "cpu_kernels", "has_avx2", "one_blas_thread"]
 
 _PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
 
@@ -62,3 +72,16 @@ def cpu_kernels() -> str:
     if (aten, onednn, mkl) == ("AVX2", "AVX2", "AVX2"):
         return "avx2"
     return f"aten={aten},onednn={onednn},mkl={mkl}"
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run a block with numpy's BLAS and LAPACK on one thread, then restore the caller's setting.
+
+    For the small products whose last bits feed a training (the PCA of a few thousand query
+    embeddings takes milliseconds either way); not for large products where threads pay.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -651,6 +651,22 @@ def test_determinism():
     pd.testing.assert_frame_equal(a.table, c.table, check_exact=False, rtol=1e-12)
 
 
+def test_pipeline_gives_the_same_bits_for_any_blas_thread_count():
+    """The PCA and its product run on one BLAS thread (`ltrr._cpu.one_blas_thread`): a main
+    process (2 threads here) and a joblib worker (1) got different last bits at this size, and
+    the torch rankers' eval tables differed between ``[eval] n_jobs`` 1 and 2 (session 23)."""
+    from threadpoolctl import threadpool_limits
+
+    raw = synthetic_raw(n_queries=1000, dim=384, k=1, seed=5)
+    out = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            pipe = FeaturePipeline(pca_dim=32).fit(raw)
+            out.append((pipe.pca_components_, pipe.transform(raw)))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
 # ---- feature sets ----------------------------------------------------------------------------
 def test_packaged_specs_load_by_name():
     names = available_specs()

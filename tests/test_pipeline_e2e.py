@@ -411,7 +411,7 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
 
 
 def test_eval_fits_in_2_processes_give_the_same_tables(project, capsys, monkeypatch):
-    """``[eval] n_jobs = 2`` fits the (split, ranker) jobs in worker processes (a torch ranker
+    """``[eval] n_jobs = 2`` fits one job per split in worker processes (a torch ranker
     among them): results.csv is byte-identical to the one-process run's, the setting is no input
     of the stage's fingerprint, and a bad value is one clear error line."""
     root, model = project

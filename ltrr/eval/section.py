@@ -32,7 +32,7 @@ class EvalSection(Section):
     k: int = setting(int, 3, help="the routing cut-off")
     retrieval_measures: list = setting(list, [], help="ir_measures strings of the retrieval tables; [] = nDCG@10, "
                                                       "R@k at the arms' k, RR, P@1")
-    n_jobs: int = setting(int, 1, help="(split, ranker) fits in parallel processes (same tables)")
+    n_jobs: int = setting(int, 1, help="splits fitted in parallel processes, one job each (same tables)")
 
 
 @section("protocol")

@@ -46,6 +46,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ltrr._atomic import sha256_file, write_json_atomic
+from ltrr._cpu import one_blas_thread
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.features.raw import RAW_VERSION, QueryRaw, RawFeatures
@@ -201,7 +202,8 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             pca = PCA(
                 n_components=n_comp, svd_solver=self.svd_solver, random_state=self.random_state
             )
-            pca.fit(E)
+            with one_blas_thread():
+                pca.fit(E)
             # Plain arrays, not the sklearn object: they save as .npy and transform identically
             # after load whatever the sklearn version.
             self.pca_mean_ = pca.mean_.astype(np.float64)
@@ -257,7 +259,8 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         if "query_embedding" in spec.pre:
             uq, inv = np.unique(table["qid"].astype(str).to_numpy(), return_inverse=True)
             E = np.asarray(raw.embeddings_for(uq), dtype=np.float64)
-            Z = ((E - self.pca_mean_) @ self.pca_components_.T)[inv]
+            with one_blas_thread():
+                Z = ((E - self.pca_mean_) @ self.pca_components_.T)[inv]
         return self._assemble(lambda c: table[c].to_numpy(np.float64), Z,
                               table["arm"].astype(str).to_numpy(), len(table))
 

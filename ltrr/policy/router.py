@@ -23,6 +23,7 @@ import pandas as pd
 from sklearn.exceptions import NotFittedError
 
 from ltrr._atomic import atomic_path, write_json_atomic
+from ltrr._cpu import one_blas_thread
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.policy.estimator import BudgetPolicy
@@ -116,7 +117,8 @@ class PolicyRouter(Router):
         if self.representation == "lm":
             if states is None:
                 raise DataError("the lm representation needs the question states (question_states=...)")
-            z = (np.asarray(states, dtype=np.float64) - self.lm_mean_) @ self.lm_components_.T
+            with one_blas_thread():  # the same last bits in a worker and in the main process
+                z = (np.asarray(states, dtype=np.float64) - self.lm_mean_) @ self.lm_components_.T
             X = np.concatenate([X, np.repeat(z[:, None, :], len(self.arms_), axis=1)], axis=2)
             X[np.isnan(X[:, :, 0])] = np.nan  # a missing arm stays a NaN row
         return X
@@ -174,7 +176,8 @@ class PolicyRouter(Router):
             from sklearn.decomposition import PCA
 
             k = min(int(self.lm_dim), S.shape[0], S.shape[1])
-            pca = PCA(n_components=k, random_state=self.random_state).fit(S)
+            with one_blas_thread():
+                pca = PCA(n_components=k, random_state=self.random_state).fit(S)
             self.lm_mean_, self.lm_components_ = pca.mean_, pca.components_
             states = S
         X = self._rows(raw, oof.to_numpy(), states)
