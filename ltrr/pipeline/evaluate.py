@@ -2,7 +2,8 @@
 compared on its test queries, one split per parallel process.
 
 Each fit is seeded and a torch ranker trains on one thread whatever ``n_jobs`` is
-(`ltrr.rankers.torch_base.torch_threads`), so the tables do not depend on ``[eval] n_jobs``;
+(`ltrr.rankers.torch_base.torch_threads`) on features whose PCA runs on one BLAS thread
+(`ltrr._cpu.one_blas_thread`), so the tables do not depend on ``[eval] n_jobs``;
 ``tests/test_pipeline_e2e.py`` checks that they are identical for 1 and 2 processes.
 """
 
