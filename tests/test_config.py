@@ -104,8 +104,8 @@ def test_extends_merges_tables_and_replaces_arrays(tmp_path):
     assert [a["name"] for a in cfg.arms] == ["only"]  # arrays are replaced whole
 
 
-def test_packaged_demo_full_is_demo_without_sampling():
-    full, demo = load_config("demo-full"), load_config("demo")
+def test_packaged_demo_full_is_the_smollm2_demo_without_sampling():
+    full, demo = load_config("demo-full"), load_config("demo-smollm2")
     assert full.data["max_queries"] == 0 and demo.data["max_queries"] == 300
     assert str(full.workdir) == "runs/demo-full"
     assert full.arms == demo.arms and full.generation == demo.generation and full.labels == demo.labels
