@@ -527,12 +527,18 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert main(["run", str(cfg)]) == 0
     out = capsys.readouterr().out
     assert "Budgeted routing policy" in out and "| grpo |" in out and "| exact |" in out
+    assert "| grpo - exact, utility |" in out
     ev = json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text())
     assert [b["fraction"] for b in ev["budgets"]] == [0.25, 0.75]
     for b in ev["budgets"]:
         assert b["oracle"]["utility"] >= b["policy_grpo"]["utility"] - 1e-9
         # 14 test queries hold the budget only loosely; the demo's figures are in the notes
         assert 0 <= b["policy_grpo"]["cost"] <= 1.0 and isinstance(b["policy_exact"]["within_budget"], bool)
+        # GRPO against the exact trainer, paired on the same test queries
+        tp = b["trainers_paired"]
+        assert (tp["a"], tp["b"]) == ("grpo", "exact") and tp["a_better"] + tp["b_better"] == tp["n_differ"]
+        assert tp["mean_diff"] == pytest.approx(b["policy_grpo"]["utility"] - b["policy_exact"]["utility"])
+        assert 0.0 <= tp["p_value"] <= 1.0 and (tp["n_differ"] > 0 or tp["p_value"] == 1.0)
     assert (root / "pol" / "policy" / "eval-features" / "cost_utility.png").stat().st_size > 1000
     # --on design: an inner split of the design part, so the test part's queries are never read
     assert main(["policy", "eval", str(cfg), "--part", "design"]) == 0

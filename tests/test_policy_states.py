@@ -45,5 +45,5 @@ def test_states_bad_input(tiny):
         def generate(self, prompts, params=None):
             return []
 
-    with pytest.raises(ConfigError, match="does not expose; use the transformers backend"):
+    with pytest.raises(ConfigError, match="does not expose; use the transformers or llama_cpp backend"):
         question_states(Remote(), ["x"])

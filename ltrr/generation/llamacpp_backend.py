@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ltrr._errors import ConfigError, DataError
 from ltrr._registry import require
 from ltrr.generation.base import DecodingParams, Generation, Generator
@@ -264,16 +266,20 @@ class LlamaCppGenerator(Generator):
         except AttributeError:  # macOS and Windows have no affinity masks
             return os.cpu_count() or 1
 
-    def _load(self, logits_all: bool) -> Any:
+    def _load(self, logits_all: bool, embedding: bool = False) -> Any:
         key = (str(self._path.resolve()), self.n_ctx, self._threads(), self.n_batch, self.n_gpu_layers,
-               self.chat_format, logits_all)
+               self.chat_format, logits_all, embedding)
         with _LOAD_LOCK:
             if key not in _MODELS:
-                _MODELS[key] = _llama_cpp().Llama(
+                lc = _llama_cpp()
+                # embedding mode with no pooling: one last-layer state (after the final norm, as
+                # transformers' hidden_states[-1]) per input token, causal attention kept
+                pooling = lc.LLAMA_POOLING_TYPE_NONE if embedding else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+                _MODELS[key] = lc.Llama(
                     model_path=str(self._path), n_ctx=self.n_ctx, n_threads=self._threads(),
                     n_threads_batch=self._threads(), n_batch=self.n_batch, n_ubatch=self.n_batch,
                     n_gpu_layers=self.n_gpu_layers, chat_format=self.chat_format,
-                    logits_all=logits_all, verbose=False)
+                    logits_all=logits_all, embedding=embedding, pooling_type=pooling, verbose=False)
         return _MODELS[key]
 
     @property
@@ -285,6 +291,20 @@ class LlamaCppGenerator(Generator):
     def scorer(self) -> Any:
         """A second ``llama_cpp.Llama`` with ``logits_all`` on, for the likelihood passes only."""
         return self._load(True)
+
+    def token_states(self, text: str) -> np.ndarray:
+        """The last layer's state of every token of ``text`` alone (no template), (n_tokens, n_embd).
+
+        A third context, in embedding mode, computes them (the policy's ``lm`` representation,
+        `ltrr.policy.states`). Text longer than the batch is an error, not a silent cut.
+        """
+        llama = self._load(False, embedding=True)
+        n = len(llama.tokenize(text.encode("utf-8")))
+        if n == 0:
+            raise DataError("token_states: the text has no tokens")
+        if n > self.n_batch:
+            raise DataError(f"token_states: the text has {n} tokens, more than the batch of {self.n_batch}")
+        return np.asarray(llama.embed(text, normalize=False, truncate=False), dtype=np.float32)
 
     # ------------------------------------------------------------------ tokens
 

@@ -14,7 +14,9 @@ the test queries. On the same queries:
 Each policy's mean cost is reported with its 95% binomial margin, and its utility is compared
 with the LTRR curve interpolated at the policy's realised cost: per query, the utility of the
 two curve points that bracket that cost, mixed to match it; a one-sided paired t-test asks
-whether the policy is at least that utility minus ``margin`` (non-inferiority).
+whether the policy is at least that utility minus ``margin`` (non-inferiority). With two trainers
+(GRPO against the exact trainer), each budget also gives their paired difference in test utility
+and its two-sided Wilcoxon signed-rank p (``trainers_paired``): does one beat the other?
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._errors import DataError
+from ltrr.eval.stats import paired_wilcoxon
 from ltrr.policy.objective import binomial_margin, budget_oracle, calibrate_tau, cost_aware_argmax
 
 __all__ = ["ltrr_curve", "interpolated_utility", "non_inferiority", "evaluate_budgets"]
@@ -75,6 +78,21 @@ def non_inferiority(policy_u: np.ndarray, baseline_u: np.ndarray, margin: float 
     return {"mean_diff": float(d.mean()), "margin": margin, "p_value": p, "non_inferior": bool(p < 0.05)}
 
 
+def trainers_paired(u_a: np.ndarray, u_b: np.ndarray, a: str, b: str) -> dict:
+    """Trainer ``a`` against trainer ``b`` on the same test queries at one budget: the mean paired
+    difference in utility, the queries where they differ, and the two-sided Wilcoxon p.
+
+    Examples
+    --------
+    >>> trainers_paired(np.array([1.0, 0.5, 0.0]), np.array([1.0, 0.5, 0.0]), "grpo", "exact")["p_value"]
+    1.0
+    """
+    w = paired_wilcoxon(u_a, u_b)
+    d = np.asarray(u_a, float) - np.asarray(u_b, float)
+    return {"a": a, "b": b, "mean_diff": float(d.mean()), "n_differ": int(w.n_nonzero),
+            "a_better": int((d > 0).sum()), "b_better": int((d < 0).sum()), "p_value": float(w.pvalue)}
+
+
 def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs: np.ndarray,
                      ltr_train: np.ndarray, ltr_test: np.ndarray, arms: Sequence[str], no_retrieval: str,
                      fractions: Sequence[float], trainers: Sequence[str] = ("grpo", "exact"),
@@ -113,11 +131,13 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
                                          "utility": float(U_test[:, best].mean())}
         orc = budget_oracle(U_test, C_test, B)
         row["oracle"] = {"cost": orc["cost"], "utility": orc["utility"]}
+        per_query = {}
         for trainer in trainers:
             t0 = time.perf_counter()
             pick, seconds = make_policy(B, trainer)
             seconds = seconds if seconds is not None else time.perf_counter() - t0
             chosen_c, chosen_u = C_test[rows, pick], U_test[rows, pick]
+            per_query[trainer] = chosen_u
             cost = float(chosen_c.mean())
             ref, ref_cost = interpolated_utility(curve, cost)
             row[f"policy_{trainer}"] = {
@@ -128,6 +148,9 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
                 "gap_to_oracle": float(orc["utility"] - chosen_u.mean()),
                 "arm_shares": {arms[i]: float(np.mean(pick == i)) for i in range(len(arms))},
             }
+        if len(trainers) >= 2:
+            row["trainers_paired"] = trainers_paired(per_query[trainers[0]], per_query[trainers[1]],
+                                                     trainers[0], trainers[1])
         out["budgets"].append(row)
     return out
 
@@ -154,6 +177,15 @@ def budgets_markdown(doc: dict, trainers: Sequence[str] = ("grpo", "exact")) -> 
                 f"{r['ltrr_cost_penalised']['utility']:.4f} @ {r['ltrr_cost_penalised']['cost']:.3f} | "
                 f"{r['best_single_affordable']['arm']} {r['best_single_affordable']['utility']:.4f} | "
                 f"{r['oracle']['utility']:.4f} | {p['gap_to_oracle']:.4f} | {p['train_seconds']:.1f} |")
+    paired = [r for r in doc["budgets"] if "trainers_paired" in r]
+    if paired:
+        a, b = paired[0]["trainers_paired"]["a"], paired[0]["trainers_paired"]["b"]
+        lines += ["", f"| B (share of max) | {a} - {b}, utility | queries where they differ ({a} / {b} better) "
+                  "| Wilcoxon p (two-sided) |", "|---|---|---|---|"]
+        for r in paired:
+            t = r["trainers_paired"]
+            lines.append(f"| {r['budget']:.3f} ({r['fraction']:.0%}) | {t['mean_diff']:+.4f} | "
+                         f"{t['n_differ']} ({t['a_better']} / {t['b_better']}) | {t['p_value']:.3g} |")
     return "\n".join(lines) + "\n"
 
 
