@@ -124,6 +124,11 @@ def test_question_states_are_the_last_layer_per_token_and_cached(gen, tmp_path):
     np.testing.assert_array_equal(question_states(Refuses(), qs[::-1], pooling="last", cache_dir=tmp_path), last[::-1])
     with pytest.raises(DataError, match="no tokens"):
         gen.token_states("")
+    # a question longer than the generation batch is one batch here; longer than the context, an error
+    long = " ".join(["river"] * 300)
+    assert gen.token_states(long).shape == (len(gen.encode(long)), 576)
+    with pytest.raises(DataError, match="more than the context of 1024"):
+        gen.token_states(" ".join(["river"] * 1100))
 
 
 @pytest.mark.slow

@@ -274,10 +274,12 @@ class LlamaCppGenerator(Generator):
                 lc = _llama_cpp()
                 # embedding mode with no pooling: one last-layer state (after the final norm, as
                 # transformers' hidden_states[-1]) per input token, causal attention kept
+                # (the whole text in one batch: the context's length, not the generation batch)
                 pooling = lc.LLAMA_POOLING_TYPE_NONE if embedding else lc.LLAMA_POOLING_TYPE_UNSPECIFIED
+                n_batch = self.n_ctx if embedding else self.n_batch
                 _MODELS[key] = lc.Llama(
                     model_path=str(self._path), n_ctx=self.n_ctx, n_threads=self._threads(),
-                    n_threads_batch=self._threads(), n_batch=self.n_batch, n_ubatch=self.n_batch,
+                    n_threads_batch=self._threads(), n_batch=n_batch, n_ubatch=n_batch,
                     n_gpu_layers=self.n_gpu_layers, chat_format=self.chat_format,
                     logits_all=logits_all, embedding=embedding, pooling_type=pooling, verbose=False)
         return _MODELS[key]
@@ -295,15 +297,16 @@ class LlamaCppGenerator(Generator):
     def token_states(self, text: str) -> np.ndarray:
         """The last layer's state of every token of ``text`` alone (no template), (n_tokens, n_embd).
 
-        A third context, in embedding mode, computes them (the policy's ``lm`` representation,
-        `ltrr.policy.states`). Text longer than the batch is an error, not a silent cut.
+        A third context, in embedding mode, computes them in one batch (the policy's ``lm``
+        representation, `ltrr.policy.states`). Text longer than the context is an error, not a
+        silent cut.
         """
         llama = self._load(False, embedding=True)
         n = len(llama.tokenize(text.encode("utf-8")))
         if n == 0:
             raise DataError("token_states: the text has no tokens")
-        if n > self.n_batch:
-            raise DataError(f"token_states: the text has {n} tokens, more than the batch of {self.n_batch}")
+        if n > self.n_ctx:
+            raise DataError(f"token_states: the text has {n} tokens, more than the context of {self.n_ctx}")
         return np.asarray(llama.embed(text, normalize=False, truncate=False), dtype=np.float32)
 
     # ------------------------------------------------------------------ tokens
