@@ -80,7 +80,7 @@ def _states(run, raw, pcfg):
     q = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["question"]
     t0 = time.perf_counter()
     states = question_states(make_generator(gcfg), [q[str(i)] for i in raw.qids], pooling=pcfg.pooling,
-                             cache_dir=run.workdir / "policy")
+                             cache_dir=run.workdir / "policy", show_progress=True)  # a bar on a terminal only
     return states, {"generator": gcfg, "pooling": pcfg.pooling, "seconds": round(time.perf_counter() - t0, 1)}
 
 
