@@ -243,3 +243,15 @@ def test_smollm_answers_from_a_supporting_passage(smollm, template, capsys):
         )
     assert res.ok and "canberra" in res.answer.lower()
     assert json.dumps(res.generations[0].extra)  # recorded extras stay JSON-serialisable
+
+
+def test_cuda_device_without_cuda_is_one_config_error(tiny):
+    """`device = "cuda"` on a torch that sees no GPU (CI, a laptop): one clear ConfigError at load,
+    not torch's AssertionError from deep inside `model.to`."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a CUDA device")
+    gen = TransformersGenerator(tiny, device="cuda")
+    with pytest.raises(ConfigError, match="sees no CUDA device"):
+        gen._load()

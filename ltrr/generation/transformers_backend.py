@@ -233,6 +233,9 @@ class TransformersGenerator(Generator):
 
         if self.device == "cpu":
             torch.set_num_threads(self._cpu_threads(torch.get_num_threads()))
+        elif str(self.device).startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"device {self.device!r}: this torch sees no CUDA device "
+                              f"(torch {torch.__version__}); use device = \"cpu\"")
         kwargs = {"gguf_file": self._gguf_file} if self._gguf_file else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(self._folder), **kwargs)
