@@ -41,7 +41,7 @@ GOLDEN = {
     "demo-agent-gpu": ("3654f6ae1ddb26a8", "84638cb79db49284"),
     "demo-agent-unseen": ("680dc41493b9fe41", "d45b8d8ade61b1b5"),
     "demo-agent-qwen": ("97ece178a0ce28d4", "cd7ae2016d8f5af9"),  # session 18: the router on Qwen's labels
-    "demo-agent-qwen-unseen": ("57b8d567b42a2a1f", "dd97ce4e9bd03fd7"),  # session 19: its unseen-arm test
+    "demo-agent-qwen-unseen": ("c4352fc004a9518e", "be91f1e0e3502f2d"),  # session 25: its SFT arm views, chosen on the design part
     "demo-full": ("50badd998b1fa460", "11876c3cab7be994"),
     "demo-qwen": ("97b15d976110b3eb", "d2ed2fe47f9ac9d7"),  # session 17: no likelihood label
     "demo-signal": ("d883cb78208de0fd", "aa6955124837b8bb"),
