@@ -7,6 +7,9 @@
 #
 #   bash benchmarks/agent_gpu.sh [RESULTS_DIR]      # STEPS=30 SWEEP_STEPS=10 by default
 #
+# On a lent machine that reaches no package index, benchmarks/agent_gpu_payload.sh carries what
+# it lacks and runs this script there.
+#
 # Settings (environment):
 #   START=DIR       a committed start policy (e.g. data/policies/demo-agent/sft, the CPU run's):
 #                   no SFT here, and RFT and the sweep start from it; evaluated as eval-<name>
