@@ -145,7 +145,7 @@ def plot_training(record: dict, path: Path) -> Path:
               ("format-valid rate", [r["format_valid"] for r in router]),
               ("searches per question", [r["searches"] for r in router]),
               ("entropy (model tokens)", [trl.get(s, {}).get("entropy", np.nan) for s in steps]),
-              ("within-group reward variance", [r.get("within_group_var", np.nan) for r in router]),
+              ("within-group reward variance", [r["within_group_var"] for r in router]),
               ("zero-advantage share", [r["zero_adv_share"] for r in router])]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3))
     for ax, (title, ys) in zip(axes, panels, strict=True):
