@@ -411,3 +411,48 @@ def test_context_run_cli_end_to_end(project, capsys):
     got = pd.read_parquet(root / "ag" / "context" / "agents_per_query.parquet")
     assert sorted(got["qid"].unique()) == sorted(test)[:3]
     assert sorted(got["strategy"].unique()) == ["closed-book", "full-context", "rcr-iterative"]
+
+
+def test_the_searcher_can_route_with_a_router_held_out_from_the_test_part(project, capsys):
+    """`ltrr train --part design` fits the router on the protocol's design part alone, into
+    models/<ranker>-design, and `ltrr context run --router-part design` routes with it. Before it
+    exists the run is one clear error naming the command; the test part is never a training part."""
+    from ltrr.cli import main
+    from ltrr.config import load_config
+    from ltrr.eval.protocol import design_test_partition
+    from ltrr.pipeline import Run
+
+    root, ds = project
+    cfg = _config(root, ds, "ho")
+    assert main(["run", str(cfg)]) == 0
+    capsys.readouterr()
+    args = ["context", "run", str(cfg), "--questions", "2", "--rounds", "1", "--strategies", "rcr-iterative",
+            "--router-part", "design"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "lambdamart-listwise-design" in err and "--part design" in err and err.count("\n") == 1
+    assert not (root / "ho" / "context" / "agents.csv").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["train", str(cfg), "--part", "test"])
+    assert exc.value.code == 2 and "invalid choice: 'test'" in capsys.readouterr().err
+
+    assert main(["train", str(cfg), "--part", "design"]) == 0
+    model = root / "ho" / "models" / "lambdamart-listwise-design"
+    assert str(model) in capsys.readouterr().out
+    run = Run(load_config(str(cfg)))
+    design, source = run.protocol_part("design")
+    assert source == "the protocol's design part (seed 7)"  # `ltrr run` ran the protocol
+    saved = json.loads((model / "router.json").read_text())
+    full = json.loads((root / "ho" / "models" / "lambdamart-listwise" / "router.json").read_text())
+    n_design = len(design & set(pd.read_parquet(root / "ho" / "labels" / "labels.parquet")["qid"]))
+    assert saved["n_train_queries"] == n_design < full["n_train_queries"]
+    assert design.isdisjoint(run.protocol_part("test")[0])
+    q = run.dataset.queries
+    split = design_test_partition(q[q["qid"].isin(design | run.protocol_part("test")[0])].reset_index(drop=True),
+                                  design_size=0.7, random_state=7)
+    assert design == set(split.train)
+    assert main(["train", str(cfg), "--part", "design"]) == 0  # unchanged inputs: skipped
+    assert "[train] skipped" in capsys.readouterr().out
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "router lambdamart-listwise-design" in out and "questions: the protocol's test part (seed 7)" in out

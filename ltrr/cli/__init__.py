@@ -227,9 +227,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         check_scheduler(args.scheduler)
         with connected(args.scheduler) as client, dask_training(client):
-            out = run.stage_train(ranker, force=True)  # the stage record does not know the scheduler
+            out = run.stage_train(ranker, force=True, part=args.part)  # the record does not know the scheduler
     else:
-        out = run.stage_train(ranker, force=args.force)
+        out = run.stage_train(ranker, force=args.force, part=args.part)
     _print_route_hint(run, out)
     return 0
 
@@ -477,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("config")
     add_field_flag(tr, TrainSection, "ranker", "--ranker", help="ranker name")
     tr.add_argument("--force", action="store_true", help="retrain even if up to date")
+    tr.add_argument("--part", choices=["design"], default=None,
+                    help="fit on the protocol's design part alone, into models/<ranker>-design")
     tr.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: train lambdamart-listwise or xgboost-pairwise/-listwise on Dask (the dist extra)")
     tr.set_defaults(func=cmd_train)
 

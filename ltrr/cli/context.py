@@ -60,6 +60,9 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     r.add_argument("--qtype", default=None, help="only questions of this query type")
     r.add_argument("--part", choices=["test", "design"], default="test",
                    help="the protocol's test part (default), or its design part, where budgets are chosen")
+    r.add_argument("--router-part", choices=["design"], default=None,
+                   help="route with the router fitted on the protocol's design part alone "
+                        "(`ltrr train CONFIG --part design`), held out from every test question")
     r.set_defaults(func=lambda a: _run(a, log, out))
 
 
@@ -100,6 +103,7 @@ def _run(args: argparse.Namespace, log, out) -> int:
             raise ConfigError(f"--strategies must name at least one strategy, got {args.strategies!r}")
     run = Run(load_config(args.config), log=log)
     doc = run_context_agents(run, strategy_names=names, n_questions=args.questions, rounds=args.rounds,
-                             budget=args.token_budget, qtype=args.qtype, part=args.part)
+                             budget=args.token_budget, qtype=args.qtype, part=args.part,
+                             router_part=args.router_part)
     out(agents_text(doc))
     return 0

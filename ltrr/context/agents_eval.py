@@ -4,9 +4,11 @@
 made by ``ltrr train``), takes ``N`` questions (the protocol's test part when ``ltrr protocol``
 has run, else the first ``N`` queries by qid; optionally of one query type), and answers each
 with the agent loop (`ltrr.context.agents.ContextLoop`) under every strategy, plus a closed-book
-baseline (the generator alone, no context). Note that the router was trained by ``ltrr train``
-on every labelled query, the test part included: the comparison is between strategies that
-share it, not a held-out measure of the router.
+baseline (the generator alone, no context). The router ``ltrr train`` makes was fitted on every
+labelled query, the test part included: the comparison is between strategies that share it,
+not a held-out measure of the router. ``router_part="design"`` (``--router-part design``) routes
+with ``<workdir>/models/<ranker>-design`` instead, fitted by ``ltrr train --part design`` on the
+protocol's design part alone, so the Searcher has seen no label of a test question.
 
 Per question and strategy (`compare_strategies`): prompt tokens per agent and in total (the
 generator's own counts), runtime (``runtime_s``, wall time with the generation cache, so a
@@ -35,7 +37,6 @@ design part (``part="design"``, where budgets and rounds are chosen) under
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -203,28 +204,11 @@ def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | N
     the one `ltrr protocol` pre-registered when it has run, and the multi-round router's
     (`ltrr agent eval`) otherwise.
     """
-    from ltrr.eval.protocol import design_test_partition
-
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"--questions must be a positive integer, got {n!r}")
-    if part not in ("test", "design"):
-        raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
-    seed = run.config.seed if seed is None else int(seed)
+    qids, source = run.protocol_part(part, seed=seed)
     q = run.dataset.queries
-    design_size = run.config.protocol.design_size
-    prereg = run.workdir / "protocol" / f"seed-{seed}" / "preregistration.json"
-    if prereg.is_file():
-        design_size = json.loads(prereg.read_text())["design_size"]
-        labels = run.labels_dir / "labels.parquet"
-        if labels.is_file():  # the protocol partitioned the completely labelled queries
-            from ltrr.eval.routing import utility_matrix
-
-            q = q[q["qid"].isin(set(utility_matrix(pd.read_parquet(labels)).index))]
-        source = f"the protocol's {part} part (seed {seed})"
-    else:
-        source = f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)"
-    split = design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed)
-    q = q[q["qid"].isin(set(split.test if part == "test" else split.train))]
+    q = q[q["qid"].isin(qids)]
     q = q[q["answers"].map(len) > 0]
     if qtype is not None:
         types = sorted(set(q["qtype"].astype(str))) if "qtype" in q.columns else []
@@ -247,7 +231,8 @@ def agents_text(doc: dict) -> str:
 
 def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_questions: int = 60,
                        rounds: int | None = None, budget: int | None = None, qtype: str | None = None,
-                       part: str = "test", out_dir: str | Path | None = None) -> dict:
+                       part: str = "test", out_dir: str | Path | None = None,
+                       router_part: str | None = None) -> dict:
     """Compare the strategies on a run (see the module docstring).
 
     Returns ``{"per_query", "table", "source", "metric", "router"}`` and writes
@@ -274,10 +259,13 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
         spec = replace(spec, strategies=tuple(strategy_names))
     spec = spec.validate()
     ranker = run.config.train.ranker
-    model = run.workdir / "models" / ranker
+    if router_part not in (None, "design"):
+        raise ConfigError(f"--router-part must be 'design', got {router_part!r}")
+    model = run.workdir / "models" / (ranker if router_part is None else f"{ranker}-design")
     if not (model / "router.json").is_file():
-        raise NotBuiltError(f"no trained router at {model}: run `ltrr train {run.config.source or 'CONFIG'}` first "
-                            "(the Searcher routes each sub-question with it)")
+        flag = "" if router_part is None else " --part design"
+        raise NotBuiltError(f"no trained router at {model}: run `ltrr train {run.config.source or 'CONFIG'}{flag}` "
+                            "first (the Searcher routes each sub-question with it)")
     questions, source = agent_questions(run, n_questions, qtype=qtype, part=part)
     router = LTRRouter.load(model)
     gcfg, lcfg = run.config.generation, run.config.labels
@@ -302,7 +290,7 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
         embedder.texts([first])
     t0 = time.perf_counter()
     run.log(f"[context] start: {len(questions)} questions from {source}, strategies {', '.join(spec.strategies)} "
-            f"and closed-book, {spec.rounds} round(s), base budget {spec.base_budget}, router {ranker}, "
+            f"and closed-book, {spec.rounds} round(s), base budget {spec.base_budget}, router {model.name}, "
             f"{generator.identity}")
     per_query = compare_strategies(questions, generator=generator, search=search, spec=spec,
                                    template=template, params=params, embedder=embedder,
@@ -318,4 +306,4 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     run.log(f"[context] {len(per_query)} (question, strategy) rows in {time.perf_counter() - t0:.1f}s, "
             f"{generator.generator_calls} generator calls, {generator.hits} cache hits -> {out / 'agents.csv'}")
     return {"per_query": per_query, "table": table, "source": source, "metric": str(lcfg.metric),
-            "router": ranker, "out": out}
+            "router": model.name, "out": out}

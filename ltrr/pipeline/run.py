@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ltrr._errors import ConfigError, LtrrError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import logger, progress_enabled
 from ltrr._tables import markdown_table
 from ltrr.config import Config, backend_settings
@@ -362,18 +362,61 @@ class Run:
         router = self.make_router("ltrr", ranker)
         return router, fit_router(router, raw, labels, texts=texts, stage=stage, ranker=ranker, where=where)
 
-    def stage_train(self, ranker: str | None = None, *, force: bool = False) -> Path:
+    def protocol_part(self, part: str, *, seed: int | None = None) -> tuple[set, str]:
+        """The qids of the protocol's ``part`` (``"design"`` or ``"test"``) and a phrase naming it.
+
+        The partition is `ltrr.eval.protocol.design_test_partition` of the queries, ``[protocol]
+        design_size``, seed ``seed`` (default the config's): the one `ltrr protocol` pre-registered
+        when it has run (over the completely labelled queries, with its ``design_size``), and the
+        same partition of every query of the dataset otherwise.
+        """
+        from ltrr.eval.protocol import design_test_partition
+
+        if part not in ("test", "design"):
+            raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
+        seed = self.config.seed if seed is None else int(seed)
+        q = self.dataset.queries
+        design_size = self.config.protocol.design_size
+        prereg = self.workdir / "protocol" / f"seed-{seed}" / "preregistration.json"
+        if prereg.is_file():
+            design_size = json.loads(prereg.read_text())["design_size"]
+            labels = self.labels_dir / "labels.parquet"
+            if labels.is_file():  # the protocol partitioned the completely labelled queries
+                from ltrr.eval.routing import utility_matrix
+
+                q = q[q["qid"].isin(set(utility_matrix(pd.read_parquet(labels)).index))]
+            source = f"the protocol's {part} part (seed {seed})"
+        else:
+            source = f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)"
+        split = design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed)
+        return set(split.test if part == "test" else split.train), source
+
+    def stage_train(self, ranker: str | None = None, *, force: bool = False, part: str | None = None) -> Path:
         """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
 
         ``ranker`` defaults to the config's ``[train] ranker``. It is named by the config, never
         picked from the eval tables, which would choose it on test numbers. Skipped (and said)
         when the labels, features, ranker parameters and seed are unchanged.
+
+        ``part="design"`` fits on the protocol's design part alone (`protocol_part`) and saves to
+        ``<workdir>/models/<ranker>-design``: a router held out from every test question, for
+        stages that route test questions (`ltrr context run --router-part design`).
         """
         ranker = ranker or self.config.train.ranker
         labels, raw = self.training_inputs()
         out = self.workdir / "models" / ranker
         fp = self.train_fingerprint(ranker)
         record = f"train-{ranker}"
+        if part is not None:
+            if part != "design":
+                raise ConfigError(f"--part must be 'design' (a router is never fitted on the test part alone), got {part!r}")
+            qids, source = self.protocol_part("design")
+            labels = labels[labels["qid"].isin(qids)]
+            if labels.empty:
+                raise DataError(f"no labelled query in {source}")
+            out = self.workdir / "models" / f"{ranker}-design"
+            fp = input_fingerprint({"train": fp, "part": "design", "qids": sorted(map(str, qids))})
+            record = f"train-{ranker}-design"
         if not force and self.is_fresh(record, fp, [out / "router.json"]):
             self.log(f"[train] skipped: inputs unchanged, router in {out}")
             return out
