@@ -376,6 +376,49 @@ def test_context_pack_compares_the_marginal_knapsack_with_both_objectives_gaps(p
     assert (gaps["mean_gap"].dropna() >= -1e-9).all()
 
 
+def test_context_pack_answers_in_shards_that_the_run_without_a_shard_replays(project, capsys, monkeypatch):
+    """`ltrr context pack --answer --shard I/N` answers every N-th test query into the cache and
+    writes no table; after all shards the run without one generates nothing and writes the
+    tables. A shard without --answer, or a malformed one, is one error line and exit 2."""
+    import shutil
+    import sqlite3
+
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = root / "proto.toml"
+    shutil.rmtree(root / "proto" / "context", ignore_errors=True)
+    cache = Run(load_config(str(cfg))).cache_path
+
+    def rows() -> int:
+        with sqlite3.connect(cache) as conn:
+            return conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+    args = ["context", "pack", str(cfg), "--token-budgets", "24", "--selector", "greedy-density", "--answer"]
+    answered = 0
+    for i in (0, 1):
+        assert main([*args, "--shard", f"{i}/2"]) == 0
+        out = capsys.readouterr().out
+        assert f"shard {i}/2: " in out and "no table written" in out
+        answered += int(out.split(f"shard {i}/2: ")[1].split()[0])
+    pre = json.loads((root / "proto" / "protocol" / "seed-7" / "preregistration.json").read_text())
+    assert answered == pre["n_test"]
+    assert not (root / "proto" / "context" / "packing.csv").exists()
+    n = rows()
+    assert main(args) == 0
+    capsys.readouterr()
+    assert rows() == n  # every answer was a shard's cache hit
+    per = pd.read_parquet(root / "proto" / "context" / "packing_per_query.parquet")
+    assert per.loc[per["context"] == "packed@24/greedy-density", "utility"].notna().all()
+    for bad, says in ((["--shard", "0/2"], "give --answer too"), (["--answer", "--shard", "2/2"], "got 2/2"),
+                      (["--answer", "--shard", "a/b"], "--shard must look like I/N")):
+        assert main(["context", "pack", str(cfg), "--token-budgets", "24", *bad]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1
+
+
 def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monkeypatch):
     """The same config and seed in separate processes with OMP_NUM_THREADS 1 and 2 (and the
     protocol's candidates in 1 and 2 processes): the eval's results.csv and the protocol's

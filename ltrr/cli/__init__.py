@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ltrr._errors import LtrrError
 from ltrr._version import __version__
-from ltrr.cli._flags import FIELD_DEFAULT, add_field_flag, add_renamed
+from ltrr.cli._flags import FIELD_DEFAULT, add_field_flag, add_renamed, parse_shard
 from ltrr.config import TrainSection
 from ltrr.data.section import DataSection
 
@@ -186,13 +186,7 @@ def cmd_label(args: argparse.Namespace) -> int:
     run = Run(cfg, log=_log)
     for name in ("data", "index", "retrieve"):  # as `ltrr retrieve`: a fresh clone's label builds what it needs
         stages.get(name).execute(run, StageOptions())
-    shard = None
-    if args.shard:
-        try:
-            i, n = (int(x) for x in args.shard.split("/"))
-        except ValueError:
-            raise LtrrError(f"--shard must look like I/N (e.g. 0/2), got {args.shard!r}") from None
-        shard = (i, n)
+    shard = parse_shard(args.shard)
     if args.scheduler and shard:
         raise LtrrError("give --shard or --scheduler, not both")
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,

@@ -18,7 +18,7 @@ from typing import Any
 
 from ltrr._sections import Section, settings_of
 
-__all__ = ["add_renamed", "add_field_flag", "FIELD_DEFAULT"]
+__all__ = ["add_renamed", "add_field_flag", "parse_shard", "FIELD_DEFAULT"]
 
 # `add_field_flag(default=FIELD_DEFAULT)`: the flag's default is the field's own (a command that
 # reads no config, as `ltrr data build`)
@@ -107,3 +107,24 @@ def add_field_flag(parser: argparse.ArgumentParser, section: type[Section], key:
     text += f"{unit} (default: {where})" if default is None else f"{unit} (default: {default}, as {where})"
     kwargs = {"type": meta["type"], "default": default, "help": text, **overrides}
     return add_renamed(parser, flag, old, **kwargs)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``--shard I/N`` as ``(I, N)`` (``None`` when not given): one clear error for anything else.
+
+    Raises
+    ------
+    ConfigError
+        When ``text`` is not two integers ``I/N`` with ``0 <= I < N``.
+    """
+    from ltrr._errors import ConfigError
+
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard must look like I/N (e.g. 0/2), got {text!r}") from None
+    if not 0 <= i < n:
+        raise ConfigError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
+    return i, n

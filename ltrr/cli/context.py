@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 
 from ltrr._errors import ConfigError
-from ltrr.cli._flags import add_field_flag, add_renamed
+from ltrr.cli._flags import add_field_flag, add_renamed, parse_shard
 from ltrr.packing.section import ContextSection
 
 
@@ -47,6 +47,9 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
                         "--selector is added when missing)")
     k.add_argument("--answer", action="store_true", help="also answer the packed contexts (generator, cached)")
     k.add_argument("--ablations", action="store_true", help="add the budget and importance-signal ablations")
+    k.add_argument("--shard", default=None, metavar="I/N",
+                   help="with --answer: only generate the answers of every N-th test query into the cache and "
+                        "write no table (parallel warm-up; the run without --shard then replays them)")
     k.set_defaults(func=lambda a: _pack(a, log, out))
     r = csub.add_parser("run", help="the multi-agent QA loop (planner, searcher, answerer) under each context "
                                     "strategy, against full context and closed-book")
@@ -72,6 +75,9 @@ def _pack(args: argparse.Namespace, log, out) -> int:
     from ltrr.packing import pack_spec
     from ltrr.pipeline import Run
 
+    shard = parse_shard(args.shard)
+    if shard is not None and not args.answer:
+        raise ConfigError("--shard only splits the answering: give --answer too")
     budgets = _budgets(args.token_budgets)
     names = _selectors(args.selectors)
     chosen = _selectors(args.selector)[0] if args.selector is not None else None
@@ -81,7 +87,13 @@ def _pack(args: argparse.Namespace, log, out) -> int:
         context["selector"] = chosen
     base = pack_spec(context, budgets[0], "[context]")
     names += [base.selector] if base.selector not in names else []
-    doc = evaluate_packing(run, budgets, base=base, selectors=names, answer=args.answer, ablations=args.ablations)
+    doc = evaluate_packing(run, budgets, base=base, selectors=names, answer=args.answer, ablations=args.ablations,
+                           shard=shard)
+    if shard is not None:
+        out(f"shard {shard[0]}/{shard[1]}: {doc['queries']} test queries answered into the cache "
+            f"({doc['generator_calls']} generator calls, {doc['hits']} cache hits); no table written: "
+            "run without --shard once every shard is done")
+        return 0
     out(f"router (the protocol's choice): {doc['router']}")
     out(doc["table"].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if len(doc["gaps"]):

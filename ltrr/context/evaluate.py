@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import NotBuiltError
+from ltrr._errors import ConfigError, NotBuiltError
 from ltrr._log import progress_enabled
 from ltrr.packing.pack import evidence_recall
 from ltrr.packing.rag import PackSpec, pack_query, question_embeddings
@@ -80,12 +80,20 @@ def _ablation_specs(base: PackSpec, budgets: Sequence[int]) -> list[tuple[str, P
 
 def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: PackSpec | None = None,
                      selectors: Sequence[str] = ("knapsack", "greedy", "greedy-skip"), answer: bool = False,
-                     ablations: bool = False, seed: int | None = None, out_dir: str | Path | None = None) -> dict:
+                     ablations: bool = False, seed: int | None = None, out_dir: str | Path | None = None,
+                     shard: tuple[int, int] | None = None) -> dict:
     """Evidence recall (and with ``answer``, utility) of packed contexts against plain top-k.
 
     Returns ``{"per_query": DataFrame, "table": DataFrame, "gaps": DataFrame, "router": str}`` and
     writes them under ``<workdir>/context/`` (``packing.csv``, ``packing_per_query.parquet``).
+
+    ``shard=(i, n)`` (with ``answer``) answers only every n-th test query from the i-th, into the
+    generation cache, and writes no table: n processes (or machines, their caches merged with
+    ``ltrr cache merge``) share the answering, and the run without a shard replays their answers.
+    It returns ``{"queries", "generator_calls", "hits"}``.
     """
+    if shard is not None and not answer:
+        raise ConfigError("a shard only splits the answering: give answer=True too")
     from ltrr.data.io import write_table_atomic, write_text_atomic
 
     base = base or PackSpec(budget=int(budgets[0]))
@@ -142,6 +150,13 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
                     packed_rows.append({"qid": qid, "arm": name, "rank": r, "docid": p.docid, "score": -float(r),
                                         "text": p.text})
     per_query = pd.DataFrame(rows)
+    if shard is not None:
+        i, n = shard
+        mine = list(test)[i::n]
+        calls, hits = gen.generator_calls, gen.hits
+        _with_utility(run, per_query, [r for r in packed_rows if r["qid"] in set(mine)], mine, order, gen, labels,
+                      {name for name, _ in specs if name.endswith(f"/{base.selector}")})
+        return {"queries": len(mine), "generator_calls": gen.generator_calls - calls, "hits": gen.hits - hits}
     if answer:
         answered = {name for name, _ in specs if name.endswith(f"/{base.selector}")}
         per_query = _with_utility(run, per_query, packed_rows, test, order, gen, labels, answered)
