@@ -122,10 +122,15 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
     specs = [(f"packed@{b}/{s}", replace(base, budget=int(b), selector=s)) for b in budgets for s in selectors]
     if ablations:
         specs += _ablation_specs(base, budgets)
+    answered = {name for name, _ in specs if name.endswith(f"/{base.selector}")}
+    mine = list(test)[shard[0]::shard[1]] if shard is not None else list(test)
+    keep = set(mine)
     rows, packed_rows = [], []
     from tqdm.auto import tqdm
 
     for i, qid in enumerate(tqdm(test, desc="packing", unit="query")):
+        if qid not in keep:  # another shard's query
+            continue
         top = order[qid][0]
         closed = pool.arm(top).is_no_retrieval
         pr = plain_by_q.get(qid, pd.DataFrame(columns=results.columns))
@@ -145,20 +150,16 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
                          "importance": res.importance, "empty": bool(len(res.passages) == 0),
                          "marginal_importance": res.importance - low * len(res.passages),
                          **_recall(res.passages["docid"], gold.get(qid), res.tokens)})
-            if answer and name.endswith(f"/{base.selector}") and not closed:
+            if answer and name in answered and not closed:
                 for r, p in enumerate(res.passages.itertuples(), start=1):
                     packed_rows.append({"qid": qid, "arm": name, "rank": r, "docid": p.docid, "score": -float(r),
                                         "text": p.text})
     per_query = pd.DataFrame(rows)
-    if shard is not None:
-        i, n = shard
-        mine = list(test)[i::n]
+    if shard is not None:  # the answers into the cache only; the run without a shard writes the tables
         calls, hits = gen.generator_calls, gen.hits
-        _with_utility(run, per_query, [r for r in packed_rows if r["qid"] in set(mine)], mine, order, gen, labels,
-                      {name for name, _ in specs if name.endswith(f"/{base.selector}")})
+        _with_utility(run, per_query, packed_rows, mine, order, gen, labels, answered)
         return {"queries": len(mine), "generator_calls": gen.generator_calls - calls, "hits": gen.hits - hits}
     if answer:
-        answered = {name for name, _ in specs if name.endswith(f"/{base.selector}")}
         per_query = _with_utility(run, per_query, packed_rows, test, order, gen, labels, answered)
     table = _table(per_query)
     gaps = _gaps(per_query, budgets, selectors)
