@@ -31,7 +31,7 @@ GOLDEN = {
     # session 22, the generator issue (25): `demo` is the relabelled, grown demo on Qwen (it extends
     # demo-qwen); the SmolLM2 demo it was is `demo-smollm2`, whose sections other than [run] and
     # [generation] prebuilt are the old demo's (GOLDEN_DEMO_SECTIONS); demo-full extends it
-    "demo": ("364bf4225a2b85dc", "22522a6e8f559d59"),
+    "demo": ("d66742ff83c102a9", "7907cf4b1fcd01fa"),  # session 27: demo-qwen's [context] selector
     "demo-smollm2": ("01d32734f59d26a4", "dda5a389994e1730"),
     # the three agent configs moved on purpose since (session 16): the LoRA learning rates,
     # [agent] sft 1e-4 -> 2e-3 (chosen on design scripts, benchmarks/lora_lr.py) and [agent] grpo
@@ -40,10 +40,11 @@ GOLDEN = {
     "demo-agent": ("c5600ffa4764fcdb", "8822a5591c9a4081"),
     "demo-agent-gpu": ("3654f6ae1ddb26a8", "84638cb79db49284"),
     "demo-agent-unseen": ("680dc41493b9fe41", "d45b8d8ade61b1b5"),
-    "demo-agent-qwen": ("97ece178a0ce28d4", "cd7ae2016d8f5af9"),  # session 18: the router on Qwen's labels
-    "demo-agent-qwen-unseen": ("c4352fc004a9518e", "be91f1e0e3502f2d"),  # session 25: its SFT arm views, chosen on the design part
+    "demo-agent-qwen": ("d6fc4c25dfbc834d", "812e01e172bd66a7"),  # session 18: the router on Qwen's labels; 27: [context]
+    "demo-agent-qwen-unseen": ("955f78b875502faa", "b834da2a43e2beb8"),  # session 25: its SFT arm views, chosen on the design part; 27: [context]
     "demo-full": ("50badd998b1fa460", "11876c3cab7be994"),
-    "demo-qwen": ("97b15d976110b3eb", "d2ed2fe47f9ac9d7"),  # session 17: no likelihood label
+    "demo-qwen": ("0e5b45fcffceda39", "c6e7e14d19b7f0d0"),  # session 17: no likelihood label; session 27: [context]
+    # selector = "greedy-density", chosen on the design part (benchmarks/results/packing_density_demo_qwen)
     "demo-signal": ("d883cb78208de0fd", "aa6955124837b8bb"),
 }
 GOLDEN_DEMO_SECTIONS = {
