@@ -456,3 +456,19 @@ def test_the_searcher_can_route_with_a_router_held_out_from_the_test_part(projec
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "router lambdamart-listwise-design" in out and "questions: the protocol's test part (seed 7)" in out
+
+    # context packing routes the same test part: one partition, rebuilt in one place
+    # (`Run.protocol_partition`), over the completely labelled queries as the protocol made it,
+    # even when a query has labels for some arms only (it is in neither part)
+    from ltrr.context.evaluate import routed_test_order
+
+    test, order, _, _ = routed_test_order(run)
+    assert set(test) == run.protocol_part("test")[0] and set(order) == set(test)
+    path = root / "ho" / "labels" / "labels.parquet"
+    labels = pd.read_parquet(path)
+    gone = sorted(test)[0]
+    labels.drop(index=labels.index[labels["qid"] == gone][:1]).to_parquet(path)  # one arm's label lost
+    test2, _, _, _ = routed_test_order(run)
+    design2, test_part2 = run.protocol_part("design")[0], run.protocol_part("test")[0]
+    assert gone not in set(test2) | design2 | test_part2
+    assert set(test2) == test_part2

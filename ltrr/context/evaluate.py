@@ -50,7 +50,6 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
     The router is the one ``preregistration.json`` names, trained on the design part.
     """
     from ltrr.eval.headline import fit_predict_candidate
-    from ltrr.eval.protocol import design_test_partition
 
     seed = run.config.seed if seed is None else int(seed)
     path = run.workdir / "protocol" / f"seed-{seed}" / "preregistration.json"
@@ -59,8 +58,7 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
                             "measured with the router the protocol chose)")
     prereg = json.loads(path.read_text())
     labels, raw = run.training_inputs("protocol")
-    queries = run.dataset.queries[run.dataset.queries["qid"].isin(set(labels["qid"]))].reset_index(drop=True)
-    part = design_test_partition(queries, design_size=prereg["design_size"], random_state=seed)
+    part, _ = run.protocol_partition(seed=seed)
     cand = next(c for c in prereg["candidates"] if c["router"] == prereg["router"])
     test = list(part.test)
     scores = fit_predict_candidate(run, cand, raw, labels.set_index("qid"), part.train, test)

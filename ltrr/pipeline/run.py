@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -37,6 +38,9 @@ from ltrr.pipeline.evaluate import (
 )
 from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
 from ltrr.rankers.tags import ranker_tags
+
+if TYPE_CHECKING:
+    from ltrr.eval.splits import Split
 
 __all__ = ["Run", "STAGES"]
 
@@ -362,33 +366,41 @@ class Run:
         router = self.make_router("ltrr", ranker)
         return router, fit_router(router, raw, labels, texts=texts, stage=stage, ranker=ranker, where=where)
 
-    def protocol_part(self, part: str, *, seed: int | None = None) -> tuple[set, str]:
-        """The qids of the protocol's ``part`` (``"design"`` or ``"test"``) and a phrase naming it.
+    def protocol_partition(self, *, seed: int | None = None) -> tuple[Split, bool]:
+        """The protocol's design/test partition (an `ltrr.eval.splits.Split`: design = ``train``)
+        and whether `ltrr protocol` pre-registered it.
 
-        The partition is `ltrr.eval.protocol.design_test_partition` of the queries, ``[protocol]
-        design_size``, seed ``seed`` (default the config's): the one `ltrr protocol` pre-registered
-        when it has run (over the completely labelled queries, with its ``design_size``), and the
-        same partition of every query of the dataset otherwise.
+        The partition is `ltrr.eval.protocol.design_test_partition`, seed ``seed`` (default the
+        config's). When ``ltrr protocol`` has run (its ``preregistration.json``), it is the one
+        the protocol made: over the completely labelled queries, with its ``design_size``. Before
+        that, the same partition of every query of the dataset with ``[protocol] design_size``.
+        The one place the protocol's parts are rebuilt (`protocol_part`, context packing).
         """
         from ltrr.eval.protocol import design_test_partition
 
-        if part not in ("test", "design"):
-            raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
         seed = self.config.seed if seed is None else int(seed)
         q = self.dataset.queries
         design_size = self.config.protocol.design_size
         prereg = self.workdir / "protocol" / f"seed-{seed}" / "preregistration.json"
-        if prereg.is_file():
+        made = prereg.is_file()
+        if made:
             design_size = json.loads(prereg.read_text())["design_size"]
             labels = self.labels_dir / "labels.parquet"
             if labels.is_file():  # the protocol partitioned the completely labelled queries
                 from ltrr.eval.routing import utility_matrix
 
                 q = q[q["qid"].isin(set(utility_matrix(pd.read_parquet(labels)).index))]
-            source = f"the protocol's {part} part (seed {seed})"
-        else:
-            source = f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)"
-        split = design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed)
+        return design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed), made
+
+    def protocol_part(self, part: str, *, seed: int | None = None) -> tuple[set, str]:
+        """The qids of the protocol's ``part`` (``"design"`` or ``"test"``) and a phrase naming it
+        (`protocol_partition`)."""
+        if part not in ("test", "design"):
+            raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
+        seed = self.config.seed if seed is None else int(seed)
+        split, made = self.protocol_partition(seed=seed)
+        source = (f"the protocol's {part} part (seed {seed})" if made
+                  else f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)")
         return set(split.test if part == "test" else split.train), source
 
     def stage_train(self, ranker: str | None = None, *, force: bool = False, part: str | None = None) -> Path:
