@@ -86,7 +86,8 @@ def test_scripts_and_spec():
 
     for bad, msg in (({"epochs": 0}, "epochs must be a positive float"), ({"lr": 1}, "unknown key(s) ['lr']"),
                      ({"batch_size": 1.5}, "batch_size must be a positive int"),
-                     ({"warmup_ratio": 1.0}, "warmup_ratio must be below 1")):
+                     ({"warmup_ratio": 1.0}, "warmup_ratio must be below 1"),
+                     ({"arm_choice": "best"}, "arm_choice must be one of label, type, got 'best'")):
         with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
             SFTSpec.from_mapping(bad)
 
@@ -259,6 +260,67 @@ def test_sft_scripts_call_the_best_shown_arm_by_its_shown_name(project):
                 assert [s.arm for s in t.searches] != before and (t.searches or len(before) == 1)
     assert compared > 0 and any(len(t.searches) == 2 for t in every)  # two-hop scripts too
     assert called_plain > 0  # a script calls the arm described by its config alone where it is best
+
+
+def test_type_scripts_call_each_types_design_best_arm(project):
+    """``arm_choice = "type"``: the label decides whether a single-hop question searches, the
+    question's type which arm (the best design-part mean of the type, the cheaper on ties); a hop
+    takes an arm that finds its document at rank 1, first in the ``multihop`` type's order. The
+    labels are set so that one question's own best arm is not its type's."""
+    from ltrr.agent.run import labels_table, partition
+    from ltrr.agent.sft import script_plans
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.routers.reference import utility_frame
+
+    root, cfg, tiny = project
+    _built(root, cfg)
+    run = Run(load_config(str(cfg)))
+    labels, design = labels_table(run).copy(), partition(run)[0]
+    arms, retrieval = ["bm25", "bm25-top1", "none"], ["bm25", "bm25-top1"]
+    q = run.dataset.queries.set_index("qid")["qtype"].astype(str)
+    in_design = labels["qid"].isin(design)
+    single_types = sorted(set(q[labels.loc[in_design, "qid"]]) - {"multihop"})
+    t = next(t for t in single_types if (q[sorted(set(design))] == t).sum() >= 3)
+    of_t = sorted(qid for qid in set(design) if q.get(qid) == t)
+    odd = of_t[0]  # bm25-top1 is its own best arm; bm25 is the type's, by far
+    for qid in of_t:
+        for arm, u in (("bm25", 0.5 if qid == odd else 1.0), ("bm25-top1", 0.9 if qid == odd else 0.0), ("none", 0.0)):
+            labels.loc[(labels["qid"] == qid) & (labels["arm"] == arm), "utility"] = u
+    # on multihop the dearer bm25 leads the type's order; both arms find every hop at rank 1 (the
+    # same retriever), and the label scripts take the cheapest finder, bm25-top1
+    mh = labels["qid"].map(q).eq("multihop") & in_design
+    labels.loc[mh, "utility"] = labels.loc[mh, "arm"].map({"bm25": 1.0, "bm25-top1": 0.0, "none": 0.0})
+    plain = {"shuffle_arms": False, "rename_share": 0, "leave_out_share": 0, "config_only_share": 0}
+
+    def plans(choice):
+        spec = SFTSpec.from_mapping({**run.config.agent["sft"], "max_examples": 40, **plain, "arm_choice": choice})
+        return {qid: plan for qid, _, plan in script_plans(run, labels, design, spec, arms)}
+
+    by_label, by_type = plans("label"), plans("type")
+    assert by_label.keys() == by_type.keys() and odd in by_type
+    assert [a for a, _, _ in by_label[odd]] == ["bm25-top1"] and [a for a, _, _ in by_type[odd]] == ["bm25"]
+    U = utility_frame(labels)
+    des = U.index[U.index.isin(design)]
+    means = U.loc[des, retrieval].groupby(q.reindex(des).to_numpy()).mean()
+    costs = run.pool.load(run.index_dir).costs
+    best = {t: max(retrieval, key=lambda a, r=row: (float(r[a]), -costs[a])) for t, row in means.iterrows()}
+    single = [qid for qid in by_type if q[qid] != "multihop"]
+    for qid in single:  # the same questions search, each with its type's arm
+        assert bool(by_type[qid]) == bool(by_label[qid])
+        assert all(arm == best[q[qid]] for arm, _, _ in by_type[qid])
+    mh_order = sorted(retrieval, key=lambda a: (-float(means.loc["multihop", a]), costs[a], a))
+    hops = 0
+    for qid, plan in by_type.items():
+        if q[qid] == "multihop":  # the same hops and sub-queries
+            assert [s for _, s, _ in plan] == [s for _, s, _ in by_label[qid]]
+            # the label scripts' arm (the cheapest finder) finds the hop too, so the type's pick is
+            # it or an arm before it in the multihop order
+            for (arm, _, _), (cheapest, _, _) in zip(plan, by_label[qid], strict=True):
+                assert mh_order.index(arm) <= mh_order.index(cheapest)
+                assert (arm, cheapest) == ("bm25", "bm25-top1")
+                hops += 1
+    assert hops > 0 and mh_order[0] == "bm25"
 
 
 @pytest.mark.slow

@@ -45,6 +45,18 @@ def test_a_finished_policy_of_the_same_settings_is_kept(tmp_path, finished):
     assert got == folder and rec == record and "skipped" in lines[0]
 
 
+def test_a_policy_recorded_before_a_setting_existed_is_kept_at_its_default(tmp_path, finished):
+    """A record without a later field (``arm_choice``) reads as that field's default; another value
+    of it trains again."""
+    folder, record = finished
+    del record["spec"]["arm_choice"]
+    (folder / "sft.json").write_text(json.dumps(record))
+    got, rec = stage.sft_policy(_run(tmp_path), force=False, log=lambda m: None)
+    assert got == folder and rec == record
+    with pytest.raises(Trained):
+        stage.sft_policy(_run(tmp_path, sft={"arm_choice": "type"}), force=False, log=lambda m: None)
+
+
 @pytest.mark.parametrize("change", [{"seed": 8}, {"sft": {"epochs": 2.0}}, {"force": True}])
 def test_other_settings_another_seed_or_force_train_again(tmp_path, finished, change):
     force = change.pop("force", False)

@@ -20,6 +20,10 @@ from supervised trajectories of design-part questions (never a test group):
   predicate, with the arm that ranks the answer's document first; a hop no arm finds at rank 1
   drops the question, so no script reasons from passages that do not hold what it says.
 
+With ``arm_choice = "type"`` the label decides only whether a single-hop question searches; the
+arm is the best of its type on the design part (among the arms shown), and a hop takes the first
+arm in the ``multihop`` type's order that finds its document at rank 1 (`SFTSpec`).
+
 Each example shows the arms its own way (`ltrr.agent.presentation.ArmView`, drawn from the
 run's seed and the example's place among the design qids): a shuffled order, on a share of the
 examples neutral ids (``arm-3``) for every arm, on a share one arm left out, on a share one shown
@@ -141,6 +145,16 @@ class SFTSpec:
         Share of the steps spent warming up.
     ties : {"search", "closed_book"}
         What a single-hop question on which no arm beats another is scripted to do.
+    arm_choice : {"label", "type"}
+        Which arm a search is scripted with. ``"label"`` (the default, every policy before
+        session 27): a single-hop question's own label-best arm, and for a hop the cheapest arm
+        that finds its document at rank 1. ``"type"``: the arm with the best design-part mean
+        utility on the question's type (among the arms shown), and for a hop the first such arm,
+        by the ``multihop`` type's order, that finds its document at rank 1. The label decides
+        only *whether* a single-hop question searches. With ``"label"`` the SFT policies called
+        only ``bm25`` (the scripts' majority arm) whatever the question; ``"type"`` makes the
+        arm a function of what the question is, which the policy can read from the question and
+        find by the descriptor line that names the type among the arm's strengths.
     adapter : {"lora", "full"}
         Train a LoRA adapter on the start model (a few MB, committable) or every weight.
     lora_r, lora_alpha, lora_dropout, lora_targets
@@ -162,6 +176,7 @@ class SFTSpec:
     save_steps: int = 5
     warmup_ratio: float = 0.05
     ties: str = "search"
+    arm_choice: str = "label"
     adapter: str = "lora"
     lora_r: int = 8
     lora_alpha: int = 32
@@ -169,17 +184,21 @@ class SFTSpec:
     lora_targets: str = "all-linear"
 
     _TIES = ("search", "closed_book")
+    _ARM_CHOICES = ("label", "type")
     _SHARES = ("rename_share", "leave_out_share", "config_only_share")
 
     @classmethod
     def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
         from ltrr.agent.lora import check_adapter_fields
 
-        spec = spec_from_mapping(cls, _joined_targets(d), where, text=("ties", "adapter", "lora_targets"),
+        spec = spec_from_mapping(cls, _joined_targets(d), where, text=("ties", "arm_choice", "adapter", "lora_targets"),
                                  nonneg=("lora_dropout",))
         check_adapter_fields(spec, where)
         if spec.ties not in cls._TIES:
             raise ConfigError(f"{where}.ties must be one of {', '.join(cls._TIES)}, got {spec.ties!r}")
+        if spec.arm_choice not in cls._ARM_CHOICES:
+            raise ConfigError(f"{where}.arm_choice must be one of {', '.join(cls._ARM_CHOICES)}, "
+                              f"got {spec.arm_choice!r}")
         if spec.warmup_ratio >= 1:
             raise ConfigError(f"{where}.warmup_ratio must be below 1, got {spec.warmup_ratio!r}")
         return spec
@@ -295,6 +314,16 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, views=No
     retrieval = [a for a in pool.arm_names if a not in none and a not in held]
     rng = np.random.default_rng(run.config.seed)
     dq = q.loc[[i for i in design if i in q.index]]
+    U = utility_frame(labels)
+    typical = _typical_arms(U.loc[U.index.isin(dq.index)], dq, retrieval, costs)  # per type, design part
+
+    def by_type(qtype: str, arms: list[str]) -> list[str]:
+        """``arms`` in the order ``spec.arm_choice`` scripts them (see `SFTSpec`)."""
+        if spec.arm_choice != "type":
+            return arms
+        ranked = typical.get(qtype, [])
+        return sorted(arms, key=lambda a: ranked.index(a) if a in ranked else len(ranked))
+
     plans: list[tuple[str, list]] = []
     # multihop: one search per hop, each with an arm that finds its document at rank 1
     mh = dq[dq["qtype"].astype(str) == "multihop"] if "qtype" in dq else dq.iloc[:0]
@@ -319,15 +348,15 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, views=No
             arm1 = _first_hit_arms(pool, pd.DataFrame(hop1, columns=["qid", "question"]), gold1, retrieval, costs)
             arm2 = _first_hit_arms(pool, pd.DataFrame(hop2, columns=["qid", "question"]), gold2, retrieval, costs)
             for (qid, s1), (_, s2) in zip(hop1, hop2, strict=True):
-                a1 = next((a for a in arm1.get(qid, []) if a not in out_of(qid)), None)
-                a2 = next((a for a in arm2.get(qid, []) if a not in out_of(qid)), None)
+                a1 = next((a for a in by_type("multihop", arm1.get(qid, [])) if a not in out_of(qid)), None)
+                a2 = next((a for a in by_type("multihop", arm2.get(qid, [])) if a not in out_of(qid)), None)
                 if a1 is not None and a2 is not None:
                     name = str(corpus.get(gold2[qid], ""))
                     plans.append((qid, [(a1, s1, "First I need the missing name."),
                                         (a2, s2, f"The missing name is {name}. Now I need the year.")]))
     plans = plans[: max(1, spec.max_examples // 2)]  # two-hop scripts fill at most half
-    # single-hop: the label-best arm once, or no search when no retrieval arm beats none
-    U = utility_frame(labels)
+    # single-hop: the label-best arm once (or the type's, `arm_choice`), or no search when no
+    # retrieval arm beats none
     single = dq[(dq["qtype"].astype(str) != "multihop") if "qtype" in dq else slice(None)]
     single = single[single.index.isin(U.index)]
     room = spec.max_examples - len(plans)
@@ -339,7 +368,6 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, views=No
             ids = np.sort(single.index[single["qtype"].astype(str) == t].to_numpy()) if "qtype" in single \
                 else np.sort(single.index.to_numpy())
             chosen += rng.permutation(ids)[:per].tolist()
-        typical = _typical_arms(U.loc[U.index.isin(single.index)], single, retrieval, costs)
         for qid in sorted(chosen)[:room]:
             u = U.loc[qid]
             base = float(u[none[0]]) if none and none[0] in u else -np.inf
@@ -349,7 +377,7 @@ def _plans(run, labels: pd.DataFrame, design: list[str], spec: SFTSpec, views=No
                 continue
             best = max(shown, key=lambda a: (float(u.get(a, -np.inf)), -costs[a]))
             top = float(u.get(best, -np.inf))
-            if top == base and spec.ties == "search":
+            if (top == base and spec.ties == "search") or spec.arm_choice == "type":
                 ranked = typical[str(single.loc[qid, "qtype"]) if "qtype" in single else "all"]
                 best = next((a for a in ranked if a in shown), best)
             search = top > base or (top == base and spec.ties == "search")

@@ -47,7 +47,9 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
     done = folder / "sft.json"
     if not force and done.is_file():
         record = json.loads(done.read_text())
-        if record.get("spec") == json.loads(json.dumps(asdict(spec))) and record.get("seed") == run.config.seed:
+        # a record written before a field existed holds that field's default (`SFTSpec`)
+        kept = {**json.loads(json.dumps(asdict(SFTSpec()))), **(record.get("spec") or {})}
+        if kept == json.loads(json.dumps(asdict(spec))) and record.get("seed") == run.config.seed:
             log(f"[agent sft] skipped: {folder} holds the SFT policy of these settings and seed")
             return folder, record
     labels = labels_table(run)
