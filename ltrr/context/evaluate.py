@@ -58,7 +58,7 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
                             "measured with the router the protocol chose)")
     prereg = json.loads(path.read_text())
     labels, raw = run.training_inputs("protocol")
-    part, _ = run.protocol_partition(seed=seed)
+    part, _ = run.protocol_partition(seed=seed, labels=labels)
     cand = next(c for c in prereg["candidates"] if c["router"] == prereg["router"])
     test = list(part.test)
     scores = fit_predict_candidate(run, cand, raw, labels.set_index("qid"), part.train, test)

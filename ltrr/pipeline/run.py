@@ -366,7 +366,8 @@ class Run:
         router = self.make_router("ltrr", ranker)
         return router, fit_router(router, raw, labels, texts=texts, stage=stage, ranker=ranker, where=where)
 
-    def protocol_partition(self, *, seed: int | None = None) -> tuple[Split, bool]:
+    def protocol_partition(self, *, seed: int | None = None,
+                           labels: pd.DataFrame | None = None) -> tuple[Split, bool]:
         """The protocol's design/test partition (an `ltrr.eval.splits.Split`: design = ``train``)
         and whether `ltrr protocol` pre-registered it.
 
@@ -375,6 +376,7 @@ class Run:
         the protocol made: over the completely labelled queries, with its ``design_size``. Before
         that, the same partition of every query of the dataset with ``[protocol] design_size``.
         The one place the protocol's parts are rebuilt (`protocol_part`, context packing).
+        ``labels``: the run's labels table when the caller has read it already.
         """
         from ltrr.eval.protocol import design_test_partition
 
@@ -385,11 +387,13 @@ class Run:
         made = prereg.is_file()
         if made:
             design_size = json.loads(prereg.read_text())["design_size"]
-            labels = self.labels_dir / "labels.parquet"
-            if labels.is_file():  # the protocol partitioned the completely labelled queries
+            path = self.labels_dir / "labels.parquet"
+            if labels is None and path.is_file():
+                labels = pd.read_parquet(path)
+            if labels is not None:  # the protocol partitioned the completely labelled queries
                 from ltrr.eval.routing import utility_matrix
 
-                q = q[q["qid"].isin(set(utility_matrix(pd.read_parquet(labels)).index))]
+                q = q[q["qid"].isin(set(utility_matrix(labels).index))]
         return design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed), made
 
     def protocol_part(self, part: str, *, seed: int | None = None) -> tuple[set, str]:
