@@ -348,6 +348,7 @@ def plot_cost_utility(
             zorder=4,
             label=f"router: {r['router']}",
         )
+    ax.margins(x=0.12)  # room for the arm labels, which run right of their points
     ax.set_xlabel(cost_label)
     ax.set_ylabel("mean utility on test queries")
     ax.set_title(f"{title} (split {split})")
