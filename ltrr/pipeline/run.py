@@ -396,13 +396,14 @@ class Run:
                 q = q[q["qid"].isin(set(utility_matrix(labels).index))]
         return design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed), made
 
-    def protocol_part(self, part: str, *, seed: int | None = None) -> tuple[set, str]:
+    def protocol_part(self, part: str, *, seed: int | None = None,
+                      labels: pd.DataFrame | None = None) -> tuple[set, str]:
         """The qids of the protocol's ``part`` (``"design"`` or ``"test"``) and a phrase naming it
-        (`protocol_partition`)."""
+        (`protocol_partition`, which ``labels`` is passed to)."""
         if part not in ("test", "design"):
             raise ConfigError(f"--part must be 'test' or 'design', got {part!r}")
         seed = self.config.seed if seed is None else int(seed)
-        split, made = self.protocol_partition(seed=seed)
+        split, made = self.protocol_partition(seed=seed, labels=labels)
         source = (f"the protocol's {part} part (seed {seed})" if made
                   else f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)")
         return set(split.test if part == "test" else split.train), source
@@ -426,7 +427,7 @@ class Run:
         if part is not None:
             if part != "design":
                 raise ConfigError(f"--part must be 'design' (a router is never fitted on the test part alone), got {part!r}")
-            qids, source = self.protocol_part("design")
+            qids, source = self.protocol_part("design", labels=labels)
             labels = labels[labels["qid"].isin(qids)]
             if labels.empty:
                 raise DataError(f"no labelled query in {source}")
