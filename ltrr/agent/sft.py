@@ -290,9 +290,10 @@ def _first_hit_arms(pool, queries: pd.DataFrame, gold: dict[str, str], arms: lis
     return out
 
 
-def _typical_arms(U: pd.DataFrame, single: pd.DataFrame, retrieval: list[str], costs: dict) -> dict[str, list]:
-    """Query type -> the retrieval arms by mean design utility, best first (the cheaper on ties)."""
-    qtype = single["qtype"].astype(str).reindex(U.index) if "qtype" in single else pd.Series("all", U.index)
+def _typical_arms(U: pd.DataFrame, queries: pd.DataFrame, retrieval: list[str], costs: dict) -> dict[str, list]:
+    """Query type (``queries``' ``qtype``) -> the retrieval arms by mean design utility, best first
+    (the cheaper on ties)."""
+    qtype = queries["qtype"].astype(str).reindex(U.index) if "qtype" in queries else pd.Series("all", U.index)
     means = U[[a for a in retrieval if a in U]].groupby(qtype.to_numpy()).mean()
     return {str(t): sorted(means.columns, key=lambda a: (float(row[a]), -costs[a], a), reverse=True)
             for t, row in means.iterrows()}
