@@ -14,6 +14,10 @@ held-out arm:
   *own* — the arm's own two strongest types by its design-part mean utility (measured, never
   shown to the policy);
 - its calls on the test questions where its labels make it the strict best arm, against the rest;
+- with ``--leave-out`` evaluations (both folders must leave out the same arms): the same, with
+  those arms gone from both prompts; leaving out the family arm itself (``dense``) asks whether
+  the policy finds the family by the unseen arm's line once the name it learned is gone, and the
+  family reading is then the types the family arm's line would name;
 - the run's metric with the arm against without it, on the common questions: both means, the
   difference and a two-sided paired Wilcoxon p (`ltrr.eval.stats.paired_wilcoxon`), overall and
   per question type (means only).
@@ -70,6 +74,10 @@ def main() -> None:
             (("with", args.with_arm), ("without", args.without))}
     if not docs["with"]["holdout_in_prompt"] or docs["without"]["holdout_in_prompt"]:
         raise SystemExit("--with must be an `agent eval --holdout` folder and --without one without --holdout")
+    left = [sorted(docs[k].get("left_out_arms") or []) for k in ("with", "without")]
+    if left[0] != left[1]:
+        raise SystemExit(f"--with leaves out {left[0]} and --without {left[1]}: compare evaluations of one prompt")
+    left_out = left[0]
     trajs = {k: {t.qid: t for t in load_trajectories(Path(p) / "trajectories.jsonl")}
              for k, p in (("with", args.with_arm), ("without", args.without))}
     qids = sorted(set(trajs["with"]) & set(trajs["without"]))
@@ -79,7 +87,7 @@ def main() -> None:
     U = lab.pivot_table(index=lab["qid"].astype(str), columns="arm", values="utility", aggfunc="mean")
     metric = docs["with"]["metric"]
     pool = run.pool.load(run.index_dir)
-    doc = {"config": args.config, "part": "test", "metric": metric, "n": len(qids), "held_out": held,
+    doc = {"config": args.config, "part": "test", "metric": metric, "n": len(qids), "held_out": held, "left_out": left_out,
            "with": args.with_arm, "without": args.without, "arms": {}}
     outcome = {k: np.array([trajs[k][x].rewards["outcome"] for x in qids], dtype=float) for k in trajs}
     w = paired_wilcoxon(outcome["with"], outcome["without"])
@@ -93,7 +101,7 @@ def main() -> None:
                                                             if qtype[x] == t]))} for t in types}
     doc["calls_all_arms"] = {k: dict(Counter(s.arm for t in trajs[k].values() for s in t.searches if s.valid))
                              for k in trajs}
-    shown = {a: v for a, v in power.items() if a not in held}
+    shown = {a: v for a, v in power.items() if a not in held and a not in left_out}
     best_shown = {t: max(((a, v[t]) for a, v in shown.items() if t in v and not np.isnan(v[t])),
                          key=lambda av: (av[1], av[0]), default=(None, None)) for t in types}
     for arm in held:
@@ -138,7 +146,8 @@ def main() -> None:
     write_text_atomic(Path(f"{args.out}.json"), json.dumps(doc, indent=1, default=float) + "\n")
     o = doc["outcome"]
     lines = [f"# Unseen arm(s) {held}: {args.with_arm} (with) vs {args.without} (without)", "",
-             f"Test part, {doc['n']} common questions, metric {metric}.", "",
+             f"Test part, {doc['n']} common questions, metric {metric}"
+             + (f"; left out of both prompts: {left_out}." if left_out else "."), "",
              f"- {metric} with the arm {o['with']:.4f}, without {o['without']:.4f}, diff {o['diff']:+.4f}, "
              f"paired Wilcoxon p = {o['p']:.3g} ({o['n_nonzero']} non-zero differences)",
              f"- valid calls per arm, with: {doc['calls_all_arms']['with']}",

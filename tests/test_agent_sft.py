@@ -151,6 +151,13 @@ def test_sft_and_eval_end_to_end(project, capsys):
     assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "6"]) == 0
     again = json.loads((root / "ag" / "agent" / "eval-sft" / "eval.json").read_text())
     assert again["cache"]["misses"] == 0 and again["agent"] == doc["agent"]
+    # --leave-out keeps a pool arm out of the prompt: never shown, never called, its own folder
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "2", "--leave-out", "bm25-top1"]) == 0
+    gone = root / "ag" / "agent" / "eval-sft-without-bm25-top1"
+    assert json.loads((gone / "eval.json").read_text())["left_out_arms"] == ["bm25-top1"]
+    left = load_trajectories(gone / "trajectories.jsonl")
+    assert left and all("bm25-top1" not in t.prompt and all(s.arm != "bm25-top1" for s in t.searches) for t in left)
+    assert doc["left_out_arms"] == []
 
 
 @pytest.mark.slow
@@ -167,6 +174,13 @@ def test_bad_agent_input_is_one_line(project, capsys, monkeypatch):
     cfg.write_text(base.replace("[agent]\n", '[agent]\nholdout_arms = ["dense"]\n'))
     assert main(["agent", "eval", str(cfg)]) == 2
     assert "holdout_arms names ['dense'], not arms of the pool" in capsys.readouterr().err
+    cfg.write_text(base)
+    # --leave-out: an unknown arm, or every retrieval arm, is one line before any rollout
+    assert main(["agent", "eval", str(cfg), "--leave-out", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--leave-out names ['nope'], not arms of the pool" in err[0]
+    assert main(["agent", "eval", str(cfg), "--leave-out", "bm25", "--leave-out", "bm25-top1"]) == 2
+    assert "leaves the prompt no retrieval arm" in capsys.readouterr().err
     # a held-out arm is out of the prompt, so the SFT scripts never call it either
     from ltrr.agent.run import labels_table, partition, policy_lm
     from ltrr.agent.sft import SFTSpec as Spec

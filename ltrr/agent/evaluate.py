@@ -20,7 +20,10 @@ top-1 and with the best single arm, on all questions and on ``multihop``.
 
 ``holdout`` arms (``[agent] holdout_arms``) are left out of the prompt unless asked for: an
 arm the policy never saw in training, described by its config only, tests whether it uses a new
-arm. The evaluation then says how often each arm is called.
+arm. The evaluation then says how often each arm is called. ``leave_out`` arms are left out of
+the prompt too (and so cannot be called): with ``holdout``, leaving out the seen arm of the
+held-out arm's own family (``dense`` for ``dense+reg``) asks whether the policy finds the family
+by the unseen arm's descriptor line once the name it was taught is gone.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import DataError
+from ltrr._errors import ConfigError, DataError
 from ltrr.data.io import write_text_atomic
 
 __all__ = ["select_questions", "design_normaliser", "evaluate_agent", "compare_evals", "load_evals", "per_question",
@@ -117,13 +121,37 @@ def _label_metric(labels: pd.DataFrame, metric: str) -> pd.DataFrame:
     return lab.pivot(index="qid", columns="arm", values=col)
 
 
+def check_leave_out(run, leave_out: Sequence[str]) -> list[str]:
+    """The arms to keep out of an evaluation's prompt, checked: pool arms, not ``[agent]
+    holdout_arms`` (``--holdout`` says where those go), and at least one retrieval arm left."""
+    pool = run.pool
+    arms = list(dict.fromkeys(map(str, leave_out)))
+    unknown = [a for a in arms if a not in pool.arm_names]
+    if unknown:
+        raise ConfigError(f"--leave-out names {unknown}, not arms of the pool {pool.arm_names}")
+    held = [a for a in arms if a in run.config.agent.holdout_arms]
+    if held:
+        raise ConfigError(f"--leave-out names {held}, which [agent] holdout_arms already keeps out "
+                          "(--holdout shows them)")
+    kept = [a for a in pool.arm_names if a not in arms and a not in run.config.agent.holdout_arms
+            and pool.arm(a).retriever is not None]
+    if not kept:
+        raise ConfigError(f"--leave-out {arms} leaves the prompt no retrieval arm")
+    return arms
+
+
 def _summary(values: dict[str, np.ndarray]) -> dict[str, float]:
     return {m: float(np.mean(v)) for m, v in values.items()}
 
 
 def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, holdout: bool = False,
-                   show_progress: bool = False) -> dict:
-    """Roll out the policy on the test questions and compare it with the baselines (module doc)."""
+                   leave_out: Sequence[str] = (), show_progress: bool = False) -> dict:
+    """Roll out the policy on the test questions and compare it with the baselines (module doc).
+
+    ``leave_out`` names pool arms kept out of the prompt (a `ConfigError` for an unknown arm, a
+    held-out arm, or all retrieval arms); the results go to a folder of their own
+    (``eval-<policy>[-holdout]-without-<arm>...``).
+    """
     from tqdm.auto import tqdm
 
     from ltrr.agent.backends import TransformersLM
@@ -145,6 +173,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     # the LTRR baseline reads the run's feature tables after the rollouts: fail before them, not
     # after an hour of decoding
     run.need("agent eval", run.features_dir / "raw.parquet", "features")
+    leave_out = check_leave_out(run, leave_out)
     labels = labels_table(run)
     design, test = partition(run)
     qids = select_questions(run.dataset.queries, test, int(n or acfg.n_eval), run.config.seed)
@@ -155,7 +184,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     if isinstance(lm, TransformersLM) and acfg.rollout_batch <= 1:
         lm.prefix_cache = PrefixCache()  # one fixed policy, one system prompt: prefilled once
     held = list(acfg.holdout_arms)
-    loop = make_loop(run, lm, labels, design=design, holdout=[] if holdout else held)
+    loop = make_loop(run, lm, labels, design=design, holdout=([] if holdout else held) + leave_out)
     normaliser = design_normaliser(run, lm, labels, design)
     t0 = time.perf_counter()
     with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar:
@@ -224,14 +253,15 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         "normaliser": normaliser.to_dict(), "arm_calls": dict(calls), "holdout_arms": held,
         "prefix_cache": {"hits": lm.prefix_cache.hits, "builds": lm.prefix_cache.builds,
                          "tokens": len(lm.prefix_cache.ids)} if getattr(lm, "prefix_cache", None) else None,
-        "holdout_in_prompt": bool(holdout and held),
+        "holdout_in_prompt": bool(holdout and held), "left_out_arms": leave_out,
         "baselines": {k: _summary(v) for k, v in baselines.items()},
         "baselines_multihop": {k: _summary({m: x[is_mh] for m, x in v.items()}) for k, v in baselines.items()}
         if is_mh.any() else None,
         "tests": tests, "questions": qids,
     }
     name = Path(str(policy or acfg.policy)).name if (policy or acfg.policy) else "base"
-    out = agent_dir(run) / f"eval-{name}{'-holdout' if holdout and held else ''}"
+    out = agent_dir(run) / (f"eval-{name}{'-holdout' if holdout and held else ''}"
+                            + "".join(f"-without-{a}" for a in leave_out))
     out.mkdir(parents=True, exist_ok=True)
     save_trajectories(trajs, out / "trajectories.jsonl")
     write_text_atomic(out / "eval.json", json.dumps(doc, indent=1, default=float) + "\n")

@@ -24,6 +24,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e.add_argument("--policy", help="a policy folder (default: [agent] policy, else the generator's model)")
     add_field_flag(e, AgentSection, "n_eval", "--questions", old=["--n"], help="test questions")
     e.add_argument("--holdout", action="store_true", help="put [agent] holdout_arms in the prompt too")
+    e.add_argument("--leave-out", action="append", default=[], metavar="ARM",
+                   help="keep this pool arm out of the prompt (repeatable; results in eval-...-without-ARM)")
     e.set_defaults(func=lambda a: _eval(a, log, out))
     t = asub.add_parser("train", help="GRPO: train the policy on design-part rollouts (TRL; needs ltrr[rl])")
     t.add_argument("config")
@@ -85,7 +87,8 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     from ltrr.agent.evaluate import eval_markdown, evaluate_agent
 
     run = _run(args, log)
-    doc = evaluate_agent(run, policy=args.policy, n=args.questions, holdout=args.holdout, show_progress=progress_enabled())
+    doc = evaluate_agent(run, policy=args.policy, n=args.questions, holdout=args.holdout,
+                         leave_out=args.leave_out, show_progress=progress_enabled())
     out(eval_markdown(doc))
     out(f"report: {doc['folder']}/eval.md")
     log(json.dumps({"cache": doc["cache"]}))
