@@ -60,12 +60,15 @@ def test_a_falling_sweep_is_detected_and_rows_come_by_alpha(tmp_path):
     for m in ("searches", "cost"):
         t = doc["trends"][m]
         assert t["page"]["p"] < 1e-3 and t["slope"] < 0 and t["slope_low"] <= t["slope"] <= t["slope_high"] < 0
+        assert t["falls"]
+    assert doc["falls"]
     r = doc["rows"][0]
     assert r["searches"]["low"] <= r["searches"]["mean"] <= r["searches"]["high"]
     assert r["recall"]["mean"] == 1.0 and r["f1"]["mean"] == 0.5  # f1 from the evaluation's own means
     assert sweep_evals([hi, lo, mid], n_resamples=500) == doc  # seeded: the same table twice
     table = sweep_markdown(doc)
     assert "| 0 | 100.0% |" in table and "| searches |" in table and "| cost |" in table
+    assert "**falls**" in table
 
 
 def test_a_flat_sweep_shows_no_trend(tmp_path):
@@ -75,6 +78,7 @@ def test_a_flat_sweep_shows_no_trend(tmp_path):
     doc = sweep_evals(folders, [0.0, 0.5, 1.0], n_resamples=500)
     t = doc["trends"]["cost"]
     assert t["page"]["p"] > 0.3 and t["slope_low"] <= 0 <= t["slope_high"]
+    assert not t["falls"] and not doc["falls"] and "**does not fall**" in sweep_markdown(doc)
 
 
 def test_sweep_bad_input_is_named(tmp_path):

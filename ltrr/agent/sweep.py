@@ -18,6 +18,16 @@ answered (`ltrr.agent.evaluate.load_evals`: the same metric and cost normaliser,
     interval over questions (`scipy.stats.bootstrap`, questions resampled with all their alphas
     together, so the interval respects the pairing).
 
+**The primary test is the slope's interval**: a measure *falls* when the upper end of its 95%
+slope interval is below 0, and the sweep's claim holds when both searches and cost fall (both
+must, so no multiplicity correction). The claim is about means ("mean cost and searches fall as
+alpha rises", issue 28), and the slope of the means with a paired interval tests exactly that;
+Page's L tests a within-question ordering, loses power to ties (most questions search equally
+often under every alpha) and has no interval, so it is reported as secondary. This was named in
+session 28, *after* the 3-step H200 sweep of session 27 had shown the two disagreeing (slope
+intervals below 0, Page p = 0.15 and 0.13); that sweep is therefore not judged by it, and the
+first sweep read after this line is.
+
 A policy's alpha is read from its ``grpo.json`` (the folder its evaluation names) unless given.
 
 Examples
@@ -118,8 +128,11 @@ def sweep_evals(folders: Sequence[str | Path], alphas: Sequence[float] | None = 
             res = page_trend_test(v[:, ::-1])  # columns by falling alpha: predicted to rise
             page = {"L": float(res.statistic), "p": float(res.pvalue), "method": res.method}
         low, high = _slope_ci(a, v, seed, n_resamples)
-        trends[m] = {"page": page, "slope": slope(a, v), "slope_low": low, "slope_high": high}
+        trends[m] = {"page": page, "slope": slope(a, v), "slope_low": low, "slope_high": high,
+                     "falls": bool(high < 0)}  # the primary test (module docstring)
     return {"metric": metric, "n": len(qids), "alphas": a.tolist(), "rows": rows, "trends": trends,
+            "primary": "slope interval below 0, for every measure of TRENDS",
+            "falls": all(t["falls"] for t in trends.values()),
             "n_resamples": n_resamples, "seed": seed}
 
 
@@ -139,9 +152,10 @@ def sweep_markdown(doc: dict) -> str:
         cells = [f"{r['alpha']:g}", f"{r['format_valid']:.1%}", f"{r['reward']['mean']:.3f}", ci(r[metric]),
                  *(f"{r[m]['mean']:.3f}" if m in r else "-" for m in extra), ci(r["searches"]), ci(r["cost"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| falls as alpha rises | Page's L | one-sided p | slope per unit alpha | 95% interval |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| falls as alpha rises | slope per unit alpha | 95% interval (primary) | falls | Page's L "
+              "(secondary) | one-sided p |", "|---|---|---|---|---|---|"]
     for m, t in doc["trends"].items():
-        lines.append(f"| {m} | {t['page']['L']:.1f} | {t['page']['p']:.3g} | {t['slope']:+.3f} | "
-                     f"[{t['slope_low']:+.3f}, {t['slope_high']:+.3f}] |")
+        lines.append(f"| {m} | {t['slope']:+.3f} | [{t['slope_low']:+.3f}, {t['slope_high']:+.3f}] | "
+                     f"{'yes' if t['falls'] else 'no'} | {t['page']['L']:.1f} | {t['page']['p']:.3g} |")
+    lines += ["", f"Primary test ({doc['primary']}): **{'falls' if doc['falls'] else 'does not fall'}**."]
     return "\n".join(lines) + "\n"
