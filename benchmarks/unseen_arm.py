@@ -78,6 +78,9 @@ def main() -> None:
     if left[0] != left[1]:
         raise SystemExit(f"--with leaves out {left[0]} and --without {left[1]}: compare evaluations of one prompt")
     left_out = left[0]
+    if bool(docs["with"].get("neutral_ids")) != bool(docs["without"].get("neutral_ids")):
+        raise SystemExit("one evaluation shows neutral ids (--neutral-ids) and the other real names: "
+                         "compare evaluations of one prompt")
     trajs = {k: {t.qid: t for t in load_trajectories(Path(p) / "trajectories.jsonl")}
              for k, p in (("with", args.with_arm), ("without", args.without))}
     qids = sorted(set(trajs["with"]) & set(trajs["without"]))
@@ -88,6 +91,7 @@ def main() -> None:
     metric = docs["with"]["metric"]
     pool = run.pool.load(run.index_dir)
     doc = {"config": args.config, "part": "test", "metric": metric, "n": len(qids), "held_out": held, "left_out": left_out,
+           "neutral_ids": bool(docs["with"].get("neutral_ids")),
            "with": args.with_arm, "without": args.without, "arms": {}}
     outcome = {k: np.array([trajs[k][x].rewards["outcome"] for x in qids], dtype=float) for k in trajs}
     w = paired_wilcoxon(outcome["with"], outcome["without"])
@@ -147,7 +151,8 @@ def main() -> None:
     o = doc["outcome"]
     lines = [f"# Unseen arm(s) {held}: {args.with_arm} (with) vs {args.without} (without)", "",
              f"Test part, {doc['n']} common questions, metric {metric}"
-             + (f"; left out of both prompts: {left_out}." if left_out else "."), "",
+             + (f"; left out of both prompts: {left_out}" if left_out else "")
+             + ("; every arm under a neutral id (--neutral-ids)." if docs["with"].get("neutral_ids") else "."), "",
              f"- {metric} with the arm {o['with']:.4f}, without {o['without']:.4f}, diff {o['diff']:+.4f}, "
              f"paired Wilcoxon p = {o['p']:.3g} ({o['n_nonzero']} non-zero differences)",
              f"- valid calls per arm, with: {doc['calls_all_arms']['with']}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,19 @@ def test_sft_and_eval_end_to_end(project, capsys):
     left = load_trajectories(gone / "trajectories.jsonl")
     assert left and all("bm25-top1" not in t.prompt and all(s.arm != "bm25-top1" for s in t.searches) for t in left)
     assert doc["left_out_arms"] == []
+    # --neutral-ids: every arm under a neutral id, the same ids on a second run (from the cache)
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "2", "--neutral-ids"]) == 0
+    hidden = root / "ag" / "agent" / "eval-sft-neutral-ids"
+    first = json.loads((hidden / "eval.json").read_text())
+    named = load_trajectories(hidden / "trajectories.jsonl")
+    assert first["neutral_ids"] and not doc["neutral_ids"]
+    for t in named:
+        assert t.arms and all(re.fullmatch(r"arm-\d+", a) for a in t.arms)
+        assert "- bm25:" not in t.prompt and "- arm-" in t.prompt
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "2", "--neutral-ids"]) == 0
+    again = json.loads((hidden / "eval.json").read_text())
+    assert again["cache"]["misses"] == 0 and again["cache"]["hits"] > 0
+    assert [t.prompt for t in load_trajectories(hidden / "trajectories.jsonl")] == [t.prompt for t in named]
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ GOLDEN = {
     "demo-agent-gpu": ("3654f6ae1ddb26a8", "84638cb79db49284"),
     "demo-agent-unseen": ("680dc41493b9fe41", "d45b8d8ade61b1b5"),
     "demo-agent-unseen-typed": ("2138d99e717741c1", "df5267e1080528ac"),  # session 27: scripts by type
+    "demo-agent-unseen-renamed": ("c7bfd9b62acc3265", "f5a20f6ba75b7334"),  # session 28: no real name in SFT
     "demo-agent-qwen": ("d6fc4c25dfbc834d", "812e01e172bd66a7"),  # session 18: the router on Qwen's labels; 27: [context]
     "demo-agent-qwen-unseen": ("955f78b875502faa", "b834da2a43e2beb8"),  # session 25: its SFT arm views, chosen on the design part; 27: [context]
     "demo-full": ("50badd998b1fa460", "11876c3cab7be994"),

@@ -23,7 +23,11 @@ arm the policy never saw in training, described by its config only, tests whethe
 arm. The evaluation then says how often each arm is called. ``leave_out`` arms are left out of
 the prompt too (and so cannot be called): with ``holdout``, leaving out the seen arm of the
 held-out arm's own family (``dense`` for ``dense+reg``) asks whether the policy finds the family
-by the unseen arm's descriptor line once the name it was taught is gone.
+by the unseen arm's descriptor line once the name it was taught is gone. ``neutral_ids`` shows
+every arm under a neutral id (``arm-3``; `ltrr.agent.presentation.draw_view` with ``rename_share
+= 1``, question ``i`` of the sorted evaluation qids drawing with key ``(2, i)``, in the pool's
+order, so an evaluation repeats exactly): the prompt of a policy trained with ``[agent] sft.
+rename_share = 1``, on which only an arm's descriptor line says what it is.
 """
 
 from __future__ import annotations
@@ -145,7 +149,7 @@ def _summary(values: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, holdout: bool = False,
-                   leave_out: Sequence[str] = (), show_progress: bool = False) -> dict:
+                   leave_out: Sequence[str] = (), neutral_ids: bool = False, show_progress: bool = False) -> dict:
     """Roll out the policy on the test questions and compare it with the baselines (module doc).
 
     ``leave_out`` names pool arms kept out of the prompt (a `ConfigError` for an unknown arm, a
@@ -185,10 +189,16 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         lm.prefix_cache = PrefixCache()  # one fixed policy, one system prompt: prefilled once
     held = list(acfg.holdout_arms)
     loop = make_loop(run, lm, labels, design=design, holdout=([] if holdout else held) + leave_out)
+    loops = [loop] * len(qids)
+    if neutral_ids:
+        from ltrr.agent.presentation import draw_view
+
+        loops = [loop.with_view(draw_view(loop.arm_names, seed=run.config.seed, key=(2, i), rename_share=1.0))
+                 for i in range(len(qids))]
     normaliser = design_normaliser(run, lm, labels, design)
     t0 = time.perf_counter()
     with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar:
-        trajs = rollout_many([(loop, str(queries.loc[q, "question"]), q, None) for q in qids],
+        trajs = rollout_many([(lp, str(queries.loc[q, "question"]), q, None) for lp, q in zip(loops, qids, strict=True)],
                              batch=acfg.rollout_batch, progress=bar.update)
     raise_on_model_errors(trajs, "agent eval")
     seconds = time.perf_counter() - t0
@@ -239,7 +249,8 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     calls = Counter(s.arm for t in trajs for s in t.searches if s.valid)
     doc = {
         "policy": str(policy or acfg.policy or lm.identity), "metric": metric, "n": len(qids), "n_multihop": int(is_mh.sum()),
-        "seconds": round(seconds, 1), "cache": loop.counters,
+        "seconds": round(seconds, 1),
+        "cache": {k: sum(lp.counters[k] for lp in {id(x): x for x in loops}.values()) for k in loop.counters},
         "format_valid_rate": float(valid.mean()),
         "stop_reasons": dict(Counter(t.stop_reason for t in trajs)),
         "agent": _summary(agent), "agent_multihop": _summary({m: v[is_mh] for m, v in agent.items()}) if is_mh.any()
@@ -254,6 +265,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         "prefix_cache": {"hits": lm.prefix_cache.hits, "builds": lm.prefix_cache.builds,
                          "tokens": len(lm.prefix_cache.ids)} if getattr(lm, "prefix_cache", None) else None,
         "holdout_in_prompt": bool(holdout and held), "left_out_arms": leave_out,
+        "neutral_ids": bool(neutral_ids),
         "baselines": {k: _summary(v) for k, v in baselines.items()},
         "baselines_multihop": {k: _summary({m: x[is_mh] for m, x in v.items()}) for k, v in baselines.items()}
         if is_mh.any() else None,
@@ -261,7 +273,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     }
     name = Path(str(policy or acfg.policy)).name if (policy or acfg.policy) else "base"
     out = agent_dir(run) / (f"eval-{name}{'-holdout' if holdout and held else ''}"
-                            + "".join(f"-without-{a}" for a in leave_out))
+                            + "".join(f"-without-{a}" for a in leave_out) + ("-neutral-ids" if neutral_ids else ""))
     out.mkdir(parents=True, exist_ok=True)
     save_trajectories(trajs, out / "trajectories.jsonl")
     write_text_atomic(out / "eval.json", json.dumps(doc, indent=1, default=float) + "\n")

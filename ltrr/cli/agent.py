@@ -26,6 +26,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     e.add_argument("--holdout", action="store_true", help="put [agent] holdout_arms in the prompt too")
     e.add_argument("--leave-out", action="append", default=[], metavar="ARM",
                    help="keep this pool arm out of the prompt (repeatable; results in eval-...-without-ARM)")
+    e.add_argument("--neutral-ids", action="store_true",
+                   help="show every arm under a neutral id (arm-3), as [agent] sft.rename_share = 1 trains")
     e.set_defaults(func=lambda a: _eval(a, log, out))
     t = asub.add_parser("train", help="GRPO: train the policy on design-part rollouts (TRL; needs ltrr[rl])")
     t.add_argument("config")
@@ -88,7 +90,7 @@ def _eval(args: argparse.Namespace, log, out) -> int:
 
     run = _run(args, log)
     doc = evaluate_agent(run, policy=args.policy, n=args.questions, holdout=args.holdout,
-                         leave_out=args.leave_out, show_progress=progress_enabled())
+                         leave_out=args.leave_out, neutral_ids=args.neutral_ids, show_progress=progress_enabled())
     out(eval_markdown(doc))
     out(f"report: {doc['folder']}/eval.md")
     log(json.dumps({"cache": doc["cache"]}))
