@@ -21,11 +21,13 @@ The SFT scripts then call the label-best *shown* arm by its shown name (`ltrr.ag
 GRPO shows each question of each step its own view (`ltrr.agent.rl.make_rollouts`). The loop
 (`ltrr.agent.loop.AgentLoop.with_view`) maps a shown name back to the pool arm it stands for,
 so searches, costs and rewards are those of the real arms. Evaluation uses the plain view: real
-names, the pool's order, every arm.
+names, the pool's order, every arm (`ltrr agent eval --neutral-ids` renames every arm instead,
+for a policy trained with ``rename_share = 1``; ``--leave-out`` drops arms from the prompt).
 
 A view is drawn from the run's ``seed`` and the example's key alone
 (``numpy.random.default_rng([seed, 28, *key])``; SFT example ``i`` has key ``(0, i)``, GRPO
-training question ``i`` at optimiser step ``s`` has key ``(1, s, i)``), so a run's views repeat
+training question ``i`` at optimiser step ``s`` has key ``(1, s, i)``, evaluation question ``i``
+under ``--neutral-ids`` has key ``(2, i)``), so a run's views repeat
 exactly, after a resume too. Every draw is made whatever the settings, so changing one setting
 leaves the other draws as they were.
 
@@ -174,7 +176,8 @@ def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arm
         The run's seed.
     key : sequence of int
         The example's key (non-negative integers): ``(0, i)`` for SFT example ``i``, ``(1, step,
-        i)`` for GRPO training question ``i`` at ``step``.
+        i)`` for GRPO training question ``i`` at ``step``, ``(2, i)`` for evaluation question
+        ``i`` under ``ltrr agent eval --neutral-ids``.
     shuffle_arms : bool
         List the shown arms in a random order (else the pool's).
     rename_share : float
