@@ -14,6 +14,8 @@ held-out arm:
   *own* — the arm's own two strongest types by its design-part mean utility (measured, never
   shown to the policy);
 - its calls on the test questions where its labels make it the strict best arm, against the rest;
+- the calls the loop rejected, by the name the policy wrote (a name it learned that the prompt
+  lacks), overall and per question type;
 - with ``--leave-out`` evaluations (both folders must leave out the same arms): the same, with
   those arms gone from both prompts; leaving out the family arm itself (``dense``) asks whether
   the policy finds the family by the unseen arm's line once the name it learned is gone, and the
@@ -105,6 +107,13 @@ def main() -> None:
                                                             if qtype[x] == t]))} for t in types}
     doc["calls_all_arms"] = {k: dict(Counter(s.arm for t in trajs[k].values() for s in t.searches if s.valid))
                              for k in trajs}
+    # rejected calls by the name written (an arm the prompt lacks: a name learned in training, or
+    # with neutral ids a real one), and by question type
+    doc["rejected_calls"] = {k: dict(Counter(s.arm for t in trajs[k].values() for s in t.searches if not s.valid))
+                             for k in trajs}
+    doc["rejected_calls_by_type"] = {k: {t: dict(Counter(s.arm for x in qids if qtype[x] == t
+                                                         for s in trajs[k][x].searches if not s.valid))
+                                         for t in types} for k in trajs}
     shown = {a: v for a, v in power.items() if a not in held and a not in left_out}
     best_shown = {t: max(((a, v[t]) for a, v in shown.items() if t in v and not np.isnan(v[t])),
                          key=lambda av: (av[1], av[0]), default=(None, None)) for t in types}
@@ -156,7 +165,9 @@ def main() -> None:
              f"- {metric} with the arm {o['with']:.4f}, without {o['without']:.4f}, diff {o['diff']:+.4f}, "
              f"paired Wilcoxon p = {o['p']:.3g} ({o['n_nonzero']} non-zero differences)",
              f"- valid calls per arm, with: {doc['calls_all_arms']['with']}",
-             f"- valid calls per arm, without: {doc['calls_all_arms']['without']}"]
+             f"- valid calls per arm, without: {doc['calls_all_arms']['without']}",
+             f"- rejected calls by the name written, with: {doc['rejected_calls']['with']}",
+             f"- rejected calls by the name written, without: {doc['rejected_calls']['without']}"]
     for arm, a in doc["arms"].items():
         lines += ["", f"## {arm}", "",
                   f"Called {a['calls']} time(s), on {a['questions_calling']} of {doc['n']} questions. "
