@@ -44,6 +44,7 @@ GOLDEN = {
     "demo-agent-unseen-renamed": ("c7bfd9b62acc3265", "f5a20f6ba75b7334"),  # session 28: no real name in SFT
     "demo-agent-qwen": ("d6fc4c25dfbc834d", "812e01e172bd66a7"),  # session 18: the router on Qwen's labels; 27: [context]
     "demo-agent-qwen-unseen": ("955f78b875502faa", "b834da2a43e2beb8"),  # session 25: its SFT arm views, chosen on the design part; 27: [context]
+    "demo-agent-qwen-unseen-renamed": ("f53f12a7748fe2d7", "5bb5fe00e935dc93"),  # session 28: the renamed repeat
     "demo-full": ("50badd998b1fa460", "11876c3cab7be994"),
     "demo-qwen": ("0e5b45fcffceda39", "c6e7e14d19b7f0d0"),  # session 17: no likelihood label; session 27: [context]
     # selector = "greedy-density", chosen on the design part (benchmarks/results/packing_density_demo_qwen)
