@@ -391,11 +391,25 @@ def test_grpo_and_rft_commands(project, capsys):
     capsys.readouterr()
     again = json.loads((clone / "grpo.json").read_text())
     assert again["resumed"] and again["steps"] == 1 and again["router_log"] == rec["router_log"]
+    # --time-budget: a two-step run whose budget no step fits pauses after step 1 at a complete
+    # checkpoint, writes no policy, and the same command (no budget now) finishes it
+    legs = root / "ag" / "agent" / "policies" / "grpo-legs"
+    argv = ["agent", "train", str(cfg), "--from", str(tiny), "--alpha", "0.5", "--steps", "2", "--out", str(legs)]
+    assert main([*argv, "--time-budget", "0.001"]) == 0
+    text = capsys.readouterr().out
+    assert f"paused: {legs} at step 1 of 2" in text and "ltrr agent export" in text
+    assert not (legs / "grpo.json").exists() and not (legs / "adapter_model.safetensors").exists()
+    assert [p.name for p in sorted((legs / "checkpoints").glob("checkpoint-*"))] == ["checkpoint-1"]
+    assert main(argv) == 0
+    assert f"policy: {legs} (2 steps" in capsys.readouterr().out
+    done = json.loads((legs / "grpo.json").read_text())
+    assert done["resumed"] and done["steps"] == 2 and [r["step"] for r in done["router_log"]] == [1, 2]
     assert main(["agent", "export", str(root / "nowhere"), str(root / "x")]) == 2
     assert "neither a finished policy nor a complete GRPO checkpoint" in capsys.readouterr().err
     for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),
                       (["--from", str(root / "nowhere")], "no policy model"),
-                      (["--steps", "0"], "steps must be a positive int")):
+                      (["--steps", "0"], "steps must be a positive int"),
+                      (["--time-budget", "0"], "--time-budget must be a positive number of seconds")):
         assert main(["agent", "train", str(cfg), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0], err

@@ -348,7 +348,7 @@ def resume_state(last: Path, rollouts: RouterRollouts, prompt: str, log: Callabl
 
 def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequence[str], out: str | Path,
                spec: GRPOSpec, *, seed: int = 0, log: Callable[[str], None] = print, show_progress: bool = False,
-               fingerprint: Mapping[str, Any] | None = None) -> dict:
+               fingerprint: Mapping[str, Any] | None = None, time_budget: float | None = None) -> dict:
     """Train ``policy`` with TRL's `GRPOTrainer` on ``prompts`` (question texts) and save it to
     ``out`` (a LoRA adapter and ``base_model.json``, or safetensors weights and the tokenizer;
     then ``grpo.json`` with the per-step log).
@@ -361,6 +361,12 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
     ``out/checkpoints`` every ``spec.save_steps`` steps (TRL's: the adapter or weights,
     optimiser, scheduler, step and RNG states; with them the rolling cost window and the
     per-step log); a call finds the last one and resumes it.
+
+    ``time_budget`` (seconds from the start of this leg, None for no limit) ends the leg early,
+    at a checkpoint: after each step, when the longest step so far would no longer fit, the
+    step is saved and training stops (at least one step runs). Such a leg writes no policy; its
+    record says ``"paused": True``, and the same call resumes it. A run on a laptop, or in a
+    session of fixed length, thus goes in pieces without a kill in the middle of a step.
     """
     import os
 
@@ -414,6 +420,20 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                     f"searches {logs.get('router/searches', float('nan')):.2f} "
                     f"zero-adv {logs.get('frac_reward_zero_std', float('nan')):.2f}")
 
+    class _Deadline(TrainerCallback):
+        """Stops at a checkpoint when the next step, as long as the longest so far, would end
+        after ``time_budget``."""
+
+        def __init__(self) -> None:
+            self.mark, self.longest = time.perf_counter(), 0.0
+
+        def on_step_end(self, args, state, control, **kw):
+            now = time.perf_counter()
+            self.longest, self.mark = max(self.longest, now - self.mark), now
+            if state.global_step < state.max_steps and now - t0 + self.longest > time_budget:
+                control.should_save = control.should_training_stop = True
+            return control
+
     prompt = rollouts.prompt_digest()
     last = lora.last_checkpoint(ckpt)
     if last is not None:
@@ -435,15 +455,21 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                               train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=tokenizer,
                               rollout_func=rollouts, callbacks=[_Checkpointed()], peft_config=peft_config)
         trainer.remove_callback(PrinterCallback)
+        if time_budget is not None:
+            trainer.add_callback(_Deadline())
         trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
         state = trainer.state
-        adapter = lora.save_trained(trainer, tmp, policy)
+        adapter = None if state.global_step < spec.steps else lora.save_trained(trainer, tmp, policy)
     seconds = time.perf_counter() - t0
     steps_log = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in state.log_history if "reward" in h]
     record = {"spec": asdict(spec), "adapter": adapter or {"adapter": "full"}, "alpha": rollouts.alpha, "steps": state.global_step,
               "rollouts": state.global_step * n, "seconds_this_leg": round(seconds, 1),
               "resumed": last is not None, "base_policy": policy.identity, "seed": seed,
               "trl_log": steps_log, "router_log": rollouts.history}
+    if state.global_step < spec.steps:  # a leg ended by time_budget: its checkpoint is the run's state
+        log(f"[agent train] paused at step {state.global_step}/{spec.steps} ({seconds:.0f}s this leg); "
+            "the same command resumes it")
+        return {**record, "paused": True, "adapter": None}
     (tmp / "grpo.json").write_text(json.dumps(record, indent=1) + "\n")
     lora.replace_policy(tmp, out, "grpo.json")
     return record

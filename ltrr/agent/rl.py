@@ -97,10 +97,12 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
 
 def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = None, alpha: float | None = None,
              log: Callable[[str], None] = print, show_progress: bool = False,
-             resume_from: str | Path | None = None) -> dict:
+             resume_from: str | Path | None = None, time_budget: float | None = None) -> dict:
     """`ltrr agent train`: GRPO from the policy in ``start`` into ``out``; see `ltrr.agent.grpo`.
     ``resume_from``: a run exported by `ltrr.agent.lora.export_run` (a committed checkpoint),
-    resumed when ``out`` has no newer checkpoint and the run's inputs are the same."""
+    resumed when ``out`` has no newer checkpoint and the run's inputs are the same.
+    ``time_budget``: seconds for this leg of training; it ends at a checkpoint, paused (the
+    record says ``"paused": True``), when the next step would not fit (`train_grpo`)."""
     from ltrr.agent.grpo import GRPOSpec, train_grpo
     from ltrr.agent.lora import import_checkpoint
     from ltrr.agent.run import policy_lm
@@ -108,6 +110,11 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
     spec = GRPOSpec.from_mapping({**run.config.agent.grpo, **({} if steps is None else {"steps": steps})})
     alpha = run.config.agent.alpha if alpha is None else alpha
     _check_alpha(alpha)
+    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
+                                    or not time_budget > 0):
+        from ltrr._errors import ConfigError
+
+        raise ConfigError(f"--time-budget must be a positive number of seconds, got {time_budget!r}")
     policy = policy_lm(run, start)
     out = Path(out)
     if resume_from is not None:
@@ -118,8 +125,10 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
         f"{spec.steps} steps of {spec.prompts_per_step} x {spec.group_size} rollouts, alpha {alpha}")
     record = train_grpo(policy, rollouts, [text for _, text, _ in questions], out, spec, seed=run.config.seed,
                         log=log, show_progress=show_progress,
-                        fingerprint={"alpha": alpha})  # the start policy by content: train_grpo's ``policy``
-    plot_training(record, out / "training.png")
+                        fingerprint={"alpha": alpha},  # the start policy by content: train_grpo's ``policy``
+                        time_budget=time_budget)
+    if not record.get("paused"):
+        plot_training(record, out / "training.png")
     return record
 
 

@@ -37,6 +37,9 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     t.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/grpo-a<alpha>)")
     t.add_argument("--resume", metavar="DIR", help="resume from a run exported by `ltrr agent export` (a committed "
                    "checkpoint) when --out has no newer one")
+    t.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="end this leg at a checkpoint when the next step would not fit in SECONDS; the same "
+                   "command resumes it")
     t.set_defaults(func=lambda a: _train(a, log, out))
     r = asub.add_parser("rft", help="rejection-sampling fine-tuning: the RL run's equal-compute baseline")
     r.add_argument("config")
@@ -107,8 +110,13 @@ def _train(args: argparse.Namespace, log, out) -> int:
     start = args.start or agent_dir(run) / "policies" / "sft"
     folder = args.out or agent_dir(run) / "policies" / f"grpo-a{alpha:g}"
     rec = run_grpo(run, start, folder, steps=args.steps, alpha=alpha, log=log, show_progress=progress_enabled(),
-                   resume_from=args.resume)
+                   resume_from=args.resume, time_budget=args.time_budget)
     last = rec["router_log"][-1] if rec["router_log"] else {}
+    if rec.get("paused"):
+        out(f"paused: {folder} at step {rec['steps']} of {rec['spec']['steps']} ({rec['seconds_this_leg']}s this "
+            f"leg; last step reward {last.get('reward', float('nan')):.3f}); the same command resumes it")
+        out(f"carry:  ltrr agent export {folder} data/policies/{run.config.name}/<name>   (then --resume it there)")
+        return 0
     out(f"policy: {folder} ({rec['steps']} steps, {rec['rollouts']} rollouts, {rec['seconds_this_leg']}s this leg; "
         f"last step reward {last.get('reward', float('nan')):.3f})")
     out(f"plot:   {folder}/training.png")
