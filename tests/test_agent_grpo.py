@@ -332,3 +332,28 @@ def test_a_checkpoint_of_another_prompt_is_refused_and_an_old_one_resumed(tmp_pa
     (last / "router_state.json").write_text(json.dumps(state))
     resume_state(last, other, other.prompt_digest(), lines.append)
     assert other.history == state["history"] and "without that check" in lines[-2] and "resuming from" in lines[-1]
+
+
+def test_a_finished_runs_record_is_kept_only_when_it_is_this_runs(tmp_path):
+    """`finished_record`: the first ``grpo.json`` of the same spec, cost weight, seed, step count
+    and per-step log is taken byte for byte; a missing, unreadable or other run's record is not."""
+    from dataclasses import asdict
+
+    from ltrr.agent.grpo import finished_record
+
+    spec = GRPOSpec(steps=2, prompts_per_step=2, group_size=2, micro_batch=2)
+    history = [{"step": 1, "reward": 0.25}, {"step": 2, "reward": 0.5}]
+    roll = SimpleNamespace(alpha=0.5, history=history)
+    rec = {"spec": asdict(spec), "alpha": 0.5, "seed": 7, "steps": 2, "router_log": history, "seconds_this_leg": 9.0}
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(rec, indent=1) + "\n")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert finished_record([tmp_path / "missing.json", broken, good], spec, roll, 7, 2) == good.read_text()
+    others = [{"seed": 8}, {"alpha": 0.9}, {"steps": 1}, {"router_log": history[:1]},
+              {"spec": {**asdict(spec), "steps": 3}}]
+    for i, change in enumerate(others):
+        other = tmp_path / f"other{i}.json"
+        other.write_text(json.dumps({**rec, **change}))
+        assert finished_record([other], spec, roll, 7, 2) is None, change
+    assert finished_record([], spec, roll, 7, 2) is None

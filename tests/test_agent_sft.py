@@ -388,9 +388,17 @@ def test_grpo_and_rft_commands(project, capsys):
     clone = root / "clone" / "grpo-test"
     assert main(["agent", "train", str(cfg), "--from", str(tiny), "--alpha", "0.5", "--out", str(clone),
                  "--resume", str(committed)]) == 0
+    # a finished run trains nothing more, and its record and plot stay the committed bytes, so
+    # exporting it again changes no committed file
+    assert "(finished: 1 steps, 4 rollouts; nothing trained, its record kept)" in capsys.readouterr().out
+    assert (clone / "grpo.json").read_bytes() == (committed / "grpo.json").read_bytes() \
+        == (out_dir / "grpo.json").read_bytes()
+    assert (clone / "training.png").read_bytes() == (committed / "training.png").read_bytes()
+    assert (clone / "adapter_model.safetensors").read_bytes() == (out_dir / "adapter_model.safetensors").read_bytes()
+    before = {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*") if p.is_file()}
+    assert main(["agent", "export", str(clone), str(committed)]) == 0
     capsys.readouterr()
-    again = json.loads((clone / "grpo.json").read_text())
-    assert again["resumed"] and again["steps"] == 1 and again["router_log"] == rec["router_log"]
+    assert {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*") if p.is_file()} == before
     # --time-budget: a two-step run whose budget no step fits pauses after step 1 at a complete
     # checkpoint, writes no policy, and the same command (no budget now) finishes it
     legs = root / "ag" / "agent" / "policies" / "grpo-legs"
@@ -404,6 +412,9 @@ def test_grpo_and_rft_commands(project, capsys):
     assert f"policy: {legs} (2 steps" in capsys.readouterr().out
     done = json.loads((legs / "grpo.json").read_text())
     assert done["resumed"] and done["steps"] == 2 and [r["step"] for r in done["router_log"]] == [1, 2]
+    kept = (legs / "grpo.json").read_bytes()
+    assert main(argv) == 0  # run again when finished: nothing is trained or rewritten
+    assert "nothing trained, its record kept" in capsys.readouterr().out and (legs / "grpo.json").read_bytes() == kept
     assert main(["agent", "export", str(root / "nowhere"), str(root / "x")]) == 2
     assert "neither a finished policy nor a complete GRPO checkpoint" in capsys.readouterr().err
     for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),

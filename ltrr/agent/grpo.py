@@ -346,9 +346,30 @@ def resume_state(last: Path, rollouts: RouterRollouts, prompt: str, log: Callabl
     log(f"[agent train] resuming from {last}")
 
 
+def finished_record(paths: Sequence[Path], spec: GRPOSpec, rollouts: RouterRollouts, seed: int,
+                    steps: int) -> str | None:
+    """The text of the first ``grpo.json`` in ``paths`` that records this finished run: the same
+    spec, cost weight, seed and step count, and the per-step log its checkpoint restored into
+    ``rollouts``; None when none does (a record of another run is never taken for this one's)."""
+    for path in paths:
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            continue
+        if (isinstance(rec, dict) and rec.get("spec") == asdict(spec) and rec.get("alpha") == rollouts.alpha
+                and rec.get("seed") == seed and rec.get("steps") == steps
+                and rec.get("router_log") == rollouts.history):
+            return text
+    return None
+
+
 def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequence[str], out: str | Path,
                spec: GRPOSpec, *, seed: int = 0, log: Callable[[str], None] = print, show_progress: bool = False,
-               fingerprint: Mapping[str, Any] | None = None, time_budget: float | None = None) -> dict:
+               fingerprint: Mapping[str, Any] | None = None, time_budget: float | None = None,
+               records: Sequence[str | Path] = ()) -> dict:
     """Train ``policy`` with TRL's `GRPOTrainer` on ``prompts`` (question texts) and save it to
     ``out`` (a LoRA adapter and ``base_model.json``, or safetensors weights and the tokenizer;
     then ``grpo.json`` with the per-step log).
@@ -367,6 +388,12 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
     step is saved and training stops (at least one step runs). Such a leg writes no policy; its
     record says ``"paused": True``, and the same call resumes it. A run on a laptop, or in a
     session of fixed length, thus goes in pieces without a kill in the middle of a step.
+
+    A run already finished (its last checkpoint at ``spec.steps``) trains nothing: its policy is
+    that checkpoint's, and its record is kept byte for byte when ``out/grpo.json`` or one of
+    ``records`` (the exported run's ``grpo.json``) is this run's (`finished_record`), so that
+    resuming a finished run on a new machine changes no committed file; the returned record
+    then says ``"kept": True``.
     """
     import os
 
@@ -449,6 +476,13 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
         # a finished run: transformers resuming at max_steps in mid-epoch takes one step more, so
         # the policy is the last checkpoint's
         adapter = lora.policy_from_checkpoint(last, tmp, policy)
+        kept = finished_record([out / "grpo.json", *map(Path, records)], spec, rollouts, seed, state.global_step)
+        if kept is not None:
+            (tmp / "grpo.json").write_text(kept)
+            lora.replace_policy(tmp, out, "grpo.json")
+            log(f"[agent train] {out}: finished at step {state.global_step} of {spec.steps}; nothing to train, "
+                "and its record is kept")
+            return {**json.loads(kept), "kept": True}
     else:
         set_seed(seed)  # a new adapter's initial weights come from the seed (the Trainer seeds only after wrapping)
         trainer = GRPOTrainer(model=model, reward_funcs=[rollouts.reward], args=args,

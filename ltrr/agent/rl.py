@@ -126,9 +126,15 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
     record = train_grpo(policy, rollouts, [text for _, text, _ in questions], out, spec, seed=run.config.seed,
                         log=log, show_progress=show_progress,
                         fingerprint={"alpha": alpha},  # the start policy by content: train_grpo's ``policy``
-                        time_budget=time_budget)
-    if not record.get("paused"):
-        plot_training(record, out / "training.png")
+                        time_budget=time_budget,
+                        records=[] if resume_from is None else [Path(resume_from) / "grpo.json"])
+    plot = out / "training.png"
+    if record.get("kept") and not plot.exists() and resume_from is not None \
+            and (Path(resume_from) / "training.png").is_file():
+        with atomic_path(plot, suffix=".png") as tmp:  # the finished run's plot, as committed
+            tmp.write_bytes((Path(resume_from) / "training.png").read_bytes())
+    elif not record.get("paused") and not (record.get("kept") and plot.exists()):
+        plot_training(record, plot)
     return record
 
 

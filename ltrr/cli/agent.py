@@ -117,6 +117,11 @@ def _train(args: argparse.Namespace, log, out) -> int:
             f"leg; last step reward {last.get('reward', float('nan')):.3f}); the same command resumes it")
         out(f"carry:  ltrr agent export {folder} data/policies/{run.config.name}/<name>   (then --resume it there)")
         return 0
+    if rec.get("kept"):
+        out(f"policy: {folder} (finished: {rec['steps']} steps, {rec['rollouts']} rollouts; nothing trained, "
+            "its record kept)")
+        out(f"try:    ltrr agent eval {args.config} --policy {folder}")
+        return 0
     out(f"policy: {folder} ({rec['steps']} steps, {rec['rollouts']} rollouts, {rec['seconds_this_leg']}s this leg; "
         f"last step reward {last.get('reward', float('nan')):.3f})")
     out(f"plot:   {folder}/training.png")
