@@ -14,6 +14,7 @@ import pytest
 from ltrr._errors import DataError
 from ltrr.eval import evaluate_splits, make_splits
 from ltrr.eval.plots import (
+    headroom_axis,
     plot_cost_utility,
     plot_feature_importance,
     plot_headroom,
@@ -91,6 +92,30 @@ def test_plot_headroom_with_noise_floor(evaluation, tmp_path):
     )
     with pytest.raises(DataError, match="no results for split"):
         plot_headroom(evaluation.table, tmp_path / "x.png", splits=["missing"])
+
+
+def test_a_share_of_a_tiny_headroom_is_cut_at_the_axis_edge_and_labelled(evaluation, tmp_path, monkeypatch):
+    """A split whose oracle barely beats the best arm gives shares of thousands of percent (the
+    demo's cloze split: headroom 0.004, -3350%); the y range stays readable for the other bars,
+    the cut bar's value is printed at the edge, and each split's legend gives its headroom."""
+    import ltrr.eval.plots as plots
+
+    assert headroom_axis(np.array([np.nan])) == (-5.0, 105.0)
+    assert headroom_axis(np.array([-20.0, 35.0])) == (-26.0, 106.0)
+    assert headroom_axis(np.array([-3350.0, 250.0])) == (-200.0, 200.0)
+    table = evaluation.table.copy()
+    tiny = table["split"] == "kfold"
+    table.loc[tiny, ["headroom_captured", "headroom_ci_low", "headroom_ci_high"]] = [-33.5, -78.0, -12.4]
+    table.loc[tiny, "headroom"] = 0.004
+    seen = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and save(fig, path))
+    _read_png(plot_headroom(table, tmp_path / "tiny.png"))
+    ax = seen["fig"].axes[0]
+    assert ax.get_ylim()[0] == -200.0 and 100 < ax.get_ylim()[1] <= 200.0
+    cut = [t.get_text() for t in ax.texts]
+    assert cut.count("-3350%") == (tiny & table["headroom_captured"].notna()).sum() > 0
+    assert any("kfold (headroom 0.004)" == t.get_text() for t in ax.get_legend().get_texts())
 
 
 def test_plot_per_type(evaluation, tmp_path):

@@ -29,6 +29,7 @@ from ltrr._errors import DataError
 __all__ = [
     "plot_utility",
     "plot_headroom",
+    "headroom_axis",
     "plot_per_type",
     "plot_feature_importance",
     "plot_cost_utility",
@@ -118,6 +119,33 @@ def plot_utility(
     return _save(fig, path)
 
 
+#: the headroom plot's y range (percent) when a bar or interval goes beyond it: a split whose
+#: oracle barely beats the best arm (0.004 of utility on the demo's cloze split) turns small
+#: utility differences into shares of thousands of percent, which would squash every other bar
+#: to nothing; such bars are cut at the edge and their value printed there
+HEADROOM_AXIS = (-200.0, 200.0)
+
+
+def headroom_axis(values: np.ndarray, *, limits: tuple[float, float] = HEADROOM_AXIS) -> tuple[float, float]:
+    """The headroom plot's y range (percent) for the drawn ``values`` (estimates and interval
+    ends; NaN ignored): the data's range with 0 and 100 (the best arm and the oracle) always in
+    view, cut to ``limits``, then padded by 5% within them.
+
+    Examples
+    --------
+    >>> headroom_axis(np.array([-20.0, 35.0]))
+    (-26.0, 106.0)
+    >>> headroom_axis(np.array([-3350.0, 18.0, np.nan]))
+    (-200.0, 115.0)
+    """
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    low = max(float(limits[0]), min(0.0, float(v.min(initial=0.0))))
+    high = min(float(limits[1]), max(100.0, float(v.max(initial=100.0))))
+    pad = 0.05 * (high - low)
+    return max(float(limits[0]), low - pad), min(float(limits[1]), high + pad)
+
+
 def plot_headroom(
     table: pd.DataFrame,
     path: str | Path,
@@ -131,7 +159,9 @@ def plot_headroom(
 
     ``noise_floor`` defaults to the table's ``noise_floor`` column (the first non-NaN value).
     A split without headroom draws no bars; its legend entry (and, when no split has any
-    headroom, a line across the axes) says why.
+    headroom, a line across the axes) says why. Each split's legend entry gives its oracle
+    headroom in utility, since a share of a tiny headroom swings widely; the y range is
+    `headroom_axis`'s, and a bar beyond it is cut at the edge with its value printed there.
     """
     from ltrr.eval.report import no_headroom_text
     names = _splits(table, splits)
@@ -143,7 +173,7 @@ def plot_headroom(
     ax = fig.add_subplot()
     width = 0.8 / len(names)
     x = np.arange(len(routers))
-    empty = []
+    empty, drawn = [], []
     for j, s in enumerate(names):
         sub = table[table["split"] == s].set_index("router").reindex(routers)
         head = sub["headroom"].dropna()
@@ -155,15 +185,27 @@ def plot_headroom(
         est = 100 * sub["headroom_captured"].to_numpy(dtype=float)
         lo = 100 * sub["headroom_ci_low"].to_numpy(dtype=float)
         hi = 100 * sub["headroom_ci_high"].to_numpy(dtype=float)
+        at = x + (j - (len(names) - 1) / 2) * width
         ax.bar(
-            x + (j - (len(names) - 1) / 2) * width,
+            at,
             np.nan_to_num(est),
             width,
             yerr=_err(est, lo, hi),
             capsize=3,
-            label=s,
+            label=f"{s} (headroom {float(head.iloc[0]):.3f})" if len(head) else s,
         )
+        drawn.append((at, est, lo, hi))
     ax.axhline(0, color="black", linewidth=0.8)
+    if drawn:
+        bottom, top = headroom_axis(np.concatenate([np.concatenate(d[1:]) for d in drawn]))
+        ax.set_ylim(bottom, top)
+        for at, est, _, _ in drawn:
+            for xi, e in zip(at, est, strict=True):
+                if np.isfinite(e) and not bottom <= e <= top:
+                    ax.annotate(f"{e:.0f}%", (xi, bottom if e < bottom else top), rotation=90, fontsize=6,
+                                ha="center", va="bottom" if e < bottom else "top", xytext=(0, 2 if e < bottom else -2),
+                                textcoords="offset points", bbox={"boxstyle": "round,pad=0.1", "fc": "white",
+                                                                  "ec": "none", "alpha": 0.8})
     ax.axhline(100, color="black", linewidth=0.8, linestyle="--", label="oracle (100%)")
     if noise_floor is not None and not math.isnan(noise_floor):
         nf = 100 * float(noise_floor)
@@ -181,7 +223,7 @@ def plot_headroom(
                 transform=ax.transAxes, ha="center", va="center", wrap=True)
     ax.set_xticks(x, routers, rotation=30, ha="right")
     ax.set_ylabel("headroom captured (%)\n(router - best single) / (oracle - best single)")
-    ax.set_xlabel("router (0% = always the best single arm)")
+    ax.set_xlabel("router (0% = always the best single arm; a bar cut at the edge is labelled with its value)")
     ax.set_title(title)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
