@@ -99,7 +99,7 @@ def test_index_search_run_on_tiny_dataset(env, capsys):
     assert "retrieves nothing" in capsys.readouterr().out
     assert main(["run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
-    assert "ir_measures nDCG@10" in out and (env / "run" / "retrieval" / "results.parquet").exists()
+    assert "\n| nDCG@10 |" in out and (env / "run" / "retrieval" / "results.parquet").exists()
     assert main(["run", str(cfg), "--retrieval-only"]) == 0
     assert "[retrieve] skipped: inputs unchanged" in capsys.readouterr().out
 
@@ -264,7 +264,7 @@ def test_quiet_and_verbose_set_the_level(env, capsys):
     assert main(["-q", "run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
     assert "[retrieve]" not in out and "[index]" not in out  # stage lines hidden
-    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in out  # results still printed
+    assert "Retrieval effectiveness of each arm (ir_measures, all judged queries)" in out  # results still printed
     assert main(["--verbose", "run", str(cfg), "--retrieval-only"]) == 0
     out = capsys.readouterr().out
     assert "[retrieve] input fingerprint" in out and "[retrieve] skipped: inputs unchanged" in out
@@ -349,7 +349,14 @@ def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
         assert stages.get(name).command.split()[0] in sub.choices, name
     cfg, _ = _tiny(env)
     assert main(["retrieve", str(cfg)]) == 0
-    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # short on the terminal: every measure over all queries, the first per type; the rest in a file
+    assert "Retrieval effectiveness of each arm (ir_measures, all judged queries)" in out
+    assert "\n| measure |" in out and "\n| nDCG@10 |" in out and "\n| RR |" in out and "\n| P@1 |" in out
+    assert "\nnDCG@10 per query type:\n| qtype |" in out and "\nRR per query type" not in out
+    report = env / "run" / "reports" / "retrieval.md"
+    assert f"every measure per query type: {report}" in out
+    assert all(f"### {m}" in report.read_text() for m in ("nDCG@10", "RR", "P@1"))
     assert (env / "run" / "retrieval" / "results.parquet").is_file()
     from ltrr.config import load_config
     from ltrr.pipeline import Run
@@ -361,7 +368,7 @@ def test_every_stage_is_a_command_and_retrieve_runs_alone(env, capsys):
     assert main(["retrieve", str(cfg)]) == 0  # unchanged inputs: skipped, same table
     out = capsys.readouterr().out
     assert "[retrieve] skipped: inputs unchanged" in out
-    assert "Retrieval effectiveness (ir_measures nDCG@10) of each arm" in out
+    assert "Retrieval effectiveness of each arm (ir_measures, all judged queries)" in out
 
 
 def test_old_flag_names_still_parse_with_a_deprecation_warning(capsys):

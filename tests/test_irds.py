@@ -68,7 +68,7 @@ def test_retrieve_evaluate_and_write_trec_offline(irds_home, capsys):
                                extra="") + '[eval]\nretrieval_measures = ["nDCG@10", "R@{k}", "RR"]\n')
     assert main(["retrieve", str(cfg), "--trec", str(root / "trec")]) == 0
     out = capsys.readouterr().out
-    assert "ir_measures nDCG@10" in out and "ir_measures R@5" in out and "P@1" not in out
+    assert "\n| nDCG@10 |" in out and "\n| R@5 |" in out and "\n| RR |" in out and "P@1" not in out
     for arm in ("bm25", "bm25+stoch", "dense"):
         run = read_trec_run(root / "trec" / f"{arm}.trec")
         assert set(run["arm"]) == {arm} and run["qid"].nunique() == 66

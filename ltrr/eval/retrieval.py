@@ -17,7 +17,7 @@ question has two.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,7 @@ __all__ = [
     "parse_measures",
     "per_query_measures",
     "measure_tables",
+    "overview_table",
     "summary_table",
     "routed_results",
     "route_batch",
@@ -154,6 +155,21 @@ def measure_tables(results: pd.DataFrame, queries: pd.DataFrame, qrels: pd.DataF
         wide.loc["all"] = per.groupby("arm")[name].mean().reindex(order)
         wide.index.name, wide.columns.name = by, None
         out[name] = wide
+    return out
+
+
+def overview_table(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """`measure_tables`' ``all`` rows side by side: a row per measure, a column per arm.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"bm25": [1.0, 0.0, 0.5]}, index=pd.Index(["x", "y", "all"], name="qtype"))
+    >>> overview_table({"RR": t, "P@1": t / 2}).to_dict("index")
+    {'RR': {'bm25': 0.5}, 'P@1': {'bm25': 0.25}}
+    """
+    rows = {name: table.loc["all"] for name, table in tables.items()}
+    out = pd.DataFrame(rows).T
+    out.index.name, out.columns.name = "measure", None
     return out
 
 

@@ -175,13 +175,19 @@ def headline_text(run: Run, doc: dict) -> str:
 
 
 def _recall_report(run: Run, done: dict) -> str | None:
+    """The retrieval stage's tables, short: every measure over all judged queries, then the
+    first per query type; every measure per type is in ``reports/retrieval.md``."""
     from ltrr._tables import markdown_table
+    from ltrr.eval.retrieval import overview_table
 
     tables = run.retrieval_report()
     if tables is None:
         return None
-    return "".join(f"\nRetrieval effectiveness (ir_measures {m}) of each arm per query type:\n{markdown_table(t)}\n"
-                   for m, t in tables.items())
+    first, per_type = next(iter(tables.items()))
+    return (f"\nRetrieval effectiveness of each arm (ir_measures, all judged queries):\n"
+            f"{markdown_table(overview_table(tables))}\n"
+            f"\n{first} per query type:\n{markdown_table(per_type)}\n"
+            f"every measure per query type: {run.workdir / 'reports' / 'retrieval.md'}\n")
 
 
 def _policy_report(run: Run, done: dict) -> str | None:
