@@ -466,7 +466,11 @@ def test_eval_fits_in_2_processes_give_the_same_tables(project, capsys, monkeypa
     one = results.read_bytes()
     cfg.write_text(cfg.read_text().replace("n_bootstrap = 200", "n_bootstrap = 200\nn_jobs = 2"))
     assert main(["eval", str(cfg)]) == 0
-    assert "[eval] skipped: inputs unchanged" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[eval] skipped: inputs unchanged" in out
+    # a warm run still says where the plots are, as the cold one did
+    plots = root / "jobs" / "reports" / "plots"
+    assert all(f"plot:   {plots / name}" in out for name in ("utility.png", "headroom.png", "cost_utility.png"))
     assert main(["eval", str(cfg), "--force"]) == 0
     assert ", 2 processes" in capsys.readouterr().out
     assert results.read_bytes() == one

@@ -30,6 +30,9 @@ DEFAULT_RANKERS = (
 )
 #: The routers that need no training (the pre-retrieval baselines).
 TRAIN_FREE = ("overallsim", "avgsim", "maxsim", "varsim", "moran")
+#: the eval stage's plots under ``reports/plots``, by the key of the stage's output
+PLOTS = {"plot_utility": "utility.png", "plot_headroom": "headroom.png", "plot_per_type": "per_type.png",
+         "plot_importance": "feature_importance.png", "plot_cost": "cost_utility.png"}
 
 
 def fit_router(router, raw, labels: pd.DataFrame, *, texts, stage: str, ranker: str, where: str = "") -> list[str]:
@@ -90,7 +93,8 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
     out = run.reports_dir / "results.csv"
     if not force and run.is_fresh("eval", fp, [out]):
         run.log(f"[eval] skipped: inputs unchanged, report in {run.reports_dir}")
-        return {"report": run.reports_dir / "eval.md"}
+        pdir = run.reports_dir / "plots"  # the plots it drew, so a warm run says where they are too
+        return {"report": run.reports_dir / "eval.md", **{k: pdir / f for k, f in PLOTS.items() if (pdir / f).is_file()}}
     t0 = time.perf_counter()
     U = utility_matrix(labels)
     gains = utility_matrix(labels, value="norm_gain")
@@ -139,13 +143,15 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
     ev.meta["warnings"] = warned
     paths = write_report(ev, run.reports_dir)
     pdir = run.reports_dir / "plots"
-    paths["plot_utility"] = plots.plot_utility(ev.table, pdir / "utility.png")
-    paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / "headroom.png", no_retrieval=nr)
+    paths["plot_utility"] = plots.plot_utility(ev.table, pdir / PLOTS["plot_utility"])
+    paths["plot_headroom"] = plots.plot_headroom(ev.table, pdir / PLOTS["plot_headroom"], no_retrieval=nr)
+    for key in ("plot_per_type", "plot_importance"):
+        (pdir / PLOTS[key]).unlink(missing_ok=True)  # not drawn this time: an older one must not be listed
     if not ev.by_type.empty:
-        paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / "per_type.png")
+        paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / PLOTS["plot_per_type"])
     if importances:
-        paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / "feature_importance.png")
-    paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / "cost_utility.png")
+        paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / PLOTS["plot_importance"])
+    paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / PLOTS["plot_cost"])
     run.record("eval", fp, time.perf_counter() - t0)
     run.log(f"[eval] {len(splits)} splits x {len(predictions[splits[0].name])} routers in {time.perf_counter() - t0:.1f}s")
     return paths
