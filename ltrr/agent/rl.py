@@ -129,11 +129,13 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
                         time_budget=time_budget,
                         records=[] if resume_from is None else [Path(resume_from) / "grpo.json"])
     plot = out / "training.png"
-    if record.get("kept") and not plot.exists() and resume_from is not None \
-            and (Path(resume_from) / "training.png").is_file():
+    committed = None if resume_from is None else Path(resume_from) / "training.png"
+    if record.get("kept") and plot.exists():
+        pass  # a finished run's plot, kept with its record
+    elif record.get("kept") and committed is not None and committed.is_file():
         with atomic_path(plot, suffix=".png") as tmp:  # the finished run's plot, as committed
-            tmp.write_bytes((Path(resume_from) / "training.png").read_bytes())
-    elif not record.get("paused") and not (record.get("kept") and plot.exists()):
+            tmp.write_bytes(committed.read_bytes())
+    elif not record.get("paused"):
         plot_training(record, plot)
     return record
 

@@ -187,7 +187,7 @@ def _recall_report(run: Run, done: dict) -> str | None:
     return (f"\nRetrieval effectiveness of each arm (ir_measures, all judged queries):\n"
             f"{markdown_table(overview_table(tables))}\n"
             f"\n{first} per query type:\n{markdown_table(per_type)}\n"
-            f"every measure per query type: {run.workdir / 'reports' / 'retrieval.md'}\n")
+            f"every measure per query type: {run.reports_dir / 'retrieval.md'}\n")
 
 
 def _policy_report(run: Run, done: dict) -> str | None:
