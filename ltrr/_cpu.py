@@ -1,20 +1,42 @@
-"""The same numbers on every x86-64 machine: torch's and oneDNN's CPU kernels pinned to AVX2.
+"""The same numbers on every x86-64 machine: each numerical library's CPU kernels pinned to AVX2.
 
-torch picks its vectorised kernels (ATen: layer norm, GELU, softmax) and oneDNN its matrix
-products by the CPU's instruction set. So the same MiniLM embeds the same text differently in
-the last bits on an AVX-512 machine and on an AVX2 one (measured on 300 demo questions: max
-difference 1.5e-7 between this machine's default and its AVX2 kernels; thread counts change
-nothing). Features, dense rankings and the torch rankers follow, which is how a pre-registered
-power figure came out as sd 0.2400 on one machine and 0.2419 on another (issue 25). LightGBM
-and XGBoost give identical models for 1, 2 and 8 threads (measured), so the trees are not the
-cause.
+Libraries pick vectorised kernels by the CPU's instruction set, and kernels of other vector
+widths sum in other orders or use other approximations, so the same inputs give other last bits
+on an AVX-512 machine than on an AVX2 one. Trained rankers amplify those bits: LightGBM and the
+torch FFN fit differently on features that differ by 1e-7, which is how seed 13's headline moved
+between machines (issue 25; `benchmarks/results/protocol_demo/README.md`). Each source was
+measured on one AVX-512 machine by switching its kernels alone:
 
-`pin_cpu_kernels` sets ``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2`` and MKL's
-conditional numerical reproducibility ``MKL_CBWR=AVX2`` (all three are needed: with the first two
-alone, MKL still takes its AVX-512 branch for some products) unless the user set them (every x86-64 CPU of the last decade has AVX2; elsewhere nothing is set). It must
-run before torch is imported, so ``import ltrr`` calls it; a process that imported torch first
-keeps its own kernels, and `cpu_kernels` (in every encoder's identity, so indexes and features
-built under other kernels are rebuilt, not reused) says which are in effect.
+- **torch** (ATen's layer norm, GELU, softmax; oneDNN's and MKL's products): MiniLM's embeddings
+  differ by up to 1.5e-7. Pinned by ``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2`` and
+  MKL's conditional numerical reproducibility ``MKL_CBWR=AVX2`` (with the first two alone MKL
+  still takes its AVX-512 branch for some products).
+- **numpy** (its own SIMD loops, dispatched at import): float64 ``exp`` and ``log`` take an
+  AVX-512 (SVML) kernel that differs from the C library on 4.6% of values, and reductions sum
+  in other orders; the demo's query embeddings moved by up to 1.1e-7, its similarity features
+  by up to 1.6e-7, and LambdaMART's design CV utility from 0.41788 to 0.41728.
+  Pinned by ``NPY_DISABLE_CPU_FEATURES`` (numpy >= 2.4's AVX-512 targets ``X86_V4 AVX512_ICL
+  AVX512_SPR``; under it float64 ``exp``/``log`` equal the C library's bit for bit). Older numpy
+  names its targets otherwise and is left alone.
+- **OpenBLAS** (numpy's, scipy's and faiss's copies): its kernels are chosen per CPU model
+  (Haswell, SkylakeX, Zen, ...). Pinned by ``OPENBLAS_CORETYPE=Haswell``, the AVX2 kernels.
+- **faiss** (flat inner-product search; faiss-cpu 1.15 dispatches at run time): the dense arm's scores
+  differ in the last bit on 3% of rows. Pinned by ``FAISS_SIMD_LEVEL=AVX2``.
+
+LightGBM gives the same trees on an AMD EPYC and an Intel Xeon and for 1, 2 and 8 threads, and
+XGBoost for 1, 2 and 8 threads (measured), so the trees are not a source; they only amplify their
+inputs'. Pinned, numpy, OpenBLAS and faiss gave the same bits on both CPUs, and natively faiss's
+batched search did not (`benchmarks/results/cpu_determinism/`).
+
+`pin_cpu_kernels` sets these variables unless the user set them (every x86-64 CPU of the last
+decade has AVX2; elsewhere nothing is set; ``LTRR_CPU_KERNELS=native`` turns it off). A library
+reads them when it loads, so ``import ltrr`` calls it first thing, and each library's pins are set
+only if that library is not loaded yet: a process that imported numpy (or torch, or faiss) first
+keeps that library's own kernels. The ``ltrr`` command and its worker processes are always
+pinned; in a notebook, import ltrr before numpy for the command's numbers. `cpu_kernels` (in
+every encoder's identity, so indexes and features built under other torch kernels are rebuilt,
+not reused) says which torch kernels are in effect, and `numeric_kernels` says it for each
+library.
 
 `one_blas_thread` runs a block of numpy linear algebra on one BLAS thread. OpenBLAS splits an
 SVD's and a matrix product's sums by its thread count, so the query-embedding PCA of the
@@ -33,9 +55,16 @@ import platform
 import sys
 from collections.abc import Iterator
 
-__all__ = ["pin_cpu_kernels", "cpu_kernels", "has_avx2", "one_blas_thread"]
+__all__ = ["pin_cpu_kernels", "cpu_kernels", "numeric_kernels", "has_avx2", "one_blas_thread"]
 
-_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
+#: library (the module whose loading reads the variables) -> the variables that pin its kernels
+_PINS: dict[str, dict[str, str]] = {
+    "torch": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    "numpy": {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Haswell"},
+    "faiss": {"FAISS_SIMD_LEVEL": "AVX2"},
+}
+#: libraries that were loaded before `pin_cpu_kernels` ran (their kernels are their own)
+_LOADED_FIRST: set[str] = set()
 
 
 def has_avx2() -> bool:
@@ -45,15 +74,36 @@ def has_avx2() -> bool:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
             return any(line.startswith("flags") and " avx2" in line for line in fh)
-    except OSError:  # not Linux: leave the kernels to torch
+    except OSError:  # not Linux: leave the kernels to the libraries
         return False
 
 
+def _numpy_names_its_targets() -> bool:
+    """numpy >= 2.4 dispatches to the targets that ``_PINS["numpy"]`` disables (read from its
+    metadata, without importing it); older numpy names them otherwise and warns on these names."""
+    from importlib import metadata
+
+    try:
+        major, minor = (int(p) for p in metadata.version("numpy").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (2, 4)
+
+
 def pin_cpu_kernels() -> dict[str, str]:
-    """Pin torch's CPU kernels to AVX2 where torch is not yet imported; returns what was set."""
-    if "torch" in sys.modules or os.environ.get("LTRR_CPU_KERNELS") == "native" or not has_avx2():
+    """Pin the kernels of each numerical library not yet loaded to AVX2; returns what was set."""
+    if os.environ.get("LTRR_CPU_KERNELS") == "native" or not has_avx2():
         return {}
-    set_now = {k: v for k, v in _PINS.items() if k not in os.environ}
+    set_now: dict[str, str] = {}
+    for library, pins in _PINS.items():
+        if library in sys.modules:
+            _LOADED_FIRST.add(library)
+            continue
+        for key, value in pins.items():
+            if key == "NPY_DISABLE_CPU_FEATURES" and not _numpy_names_its_targets():
+                continue
+            if key not in os.environ:
+                set_now[key] = value
     os.environ.update(set_now)
     return set_now
 
@@ -72,6 +122,25 @@ def cpu_kernels() -> str:
     if (aten, onednn, mkl) == ("AVX2", "AVX2", "AVX2"):
         return "avx2"
     return f"aten={aten},onednn={onednn},mkl={mkl}"
+
+
+def numeric_kernels() -> dict[str, str]:
+    """Each library's kernels as this process set them: ``"avx2"`` where pinned, else ``"native"``.
+
+    A library counts as pinned when every one of its variables holds its pin and it was not loaded
+    before `pin_cpu_kernels` ran (numpy older than 2.4 is never pinned). Imports nothing (torch's
+    own report is `cpu_kernels`).
+
+    Examples
+    --------
+    >>> sorted(numeric_kernels())
+    ['faiss', 'numpy', 'torch']
+    """
+    out = {}
+    for library, pins in _PINS.items():
+        pinned = library not in _LOADED_FIRST and all(os.environ.get(k) == v for k, v in pins.items())
+        out[library] = "avx2" if pinned else "native"
+    return out
 
 
 @contextlib.contextmanager

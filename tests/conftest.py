@@ -18,6 +18,10 @@ import os
 
 import pytest
 
+# `import ltrr` first, as the `ltrr` command does: it pins numpy's, OpenBLAS's, faiss's and torch's CPU
+# kernels (ltrr._cpu), which each library reads when it loads
+import ltrr  # noqa: F401
+
 # Under pytest-xdist every core runs a worker; each worker's torch, BLAS and OpenMP pools would
 # otherwise start one thread per core too, oversubscribing the machine. Set before any test
 # module imports torch (results do not depend on thread counts: tests/test_pipeline_e2e.py and

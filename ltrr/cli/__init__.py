@@ -547,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     from ltrr import _log as log_setup
 
     log_setup.configure(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
+    from ltrr._cpu import numeric_kernels
+
+    logging.getLogger("ltrr").debug("CPU kernels: %s", ", ".join(f"{k} {v}" for k, v in numeric_kernels().items()))
     try:
         return int(args.func(args) or 0)
     except LtrrError as exc:

@@ -1,0 +1,189 @@
+"""Do two CPUs compute the same bits? The numerical steps under ltrr's routing features and rankers,
+with each library's kernels native and pinned to AVX2 (`ltrr._cpu`), hashed for comparison.
+
+Run it on two machines with the same library versions and compare the two JSON files:
+
+    python benchmarks/cpu_determinism.py --out results/cpu_determinism/HOST.json [--data demo.npz]
+    python benchmarks/cpu_determinism.py --compare A.json B.json
+
+Each mode runs in a fresh process (the libraries read their kernel settings when they load):
+``native`` with ``LTRR_CPU_KERNELS=native``, ``pinned`` as the ``ltrr`` command runs. BLAS runs
+on one thread in both (thread counts are a separate, known source: `ltrr._cpu.one_blas_thread`).
+The checks:
+
+- numpy: float32 row L2 normalisation (every embedding, `ltrr.embed`), float64 exp and log;
+- OpenBLAS: a float64 product, a float32 product and the SVD of a PCA;
+- faiss: flat inner-product search of 5, 30 and 700 queries (distances and ids);
+- LightGBM: ltrr's ``lambdamart-listwise`` fitted on a fixed table (its model text and
+  predictions), on 1 and 2 threads. ``--data`` gives it a real table (``make_data`` exports the
+  demo's routing features with a label made from them, not from any utility label); without it a
+  synthetic table with ties.
+
+Inputs are seeded; nothing is timed. Machines, versions and the C library are recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+MODES = {"native": {"LTRR_CPU_KERNELS": "native"}, "pinned": {}}
+_KERNEL_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "NPY_DISABLE_CPU_FEATURES",
+                "OPENBLAS_CORETYPE", "FAISS_SIMD_LEVEL", "LTRR_CPU_KERNELS")
+
+
+def _h(a) -> str:
+    import numpy as np
+
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+
+
+def _synthetic_table(rng):
+    import numpy as np
+
+    n_q, n_arms = 3000, 7
+    x = rng.normal(size=(n_q * n_arms, 12)).round(3)  # rounded: ties, as real features have
+    y = ((x[:, 0] + 0.5 * x[:, 1] > 0).astype(float) + (x[:, 2] > 1)) / 2  # gains in [0, 1]
+    return x, y, np.full(n_q, n_arms)
+
+
+def child(data: str | None) -> dict:
+    """The checks, in this process (called in a fresh one per mode)."""
+    # isort: off
+    import ltrr  # noqa: F401  first: pins the kernels unless LTRR_CPU_KERNELS=native
+    import numpy as np
+    # isort: on
+
+    out: dict[str, str] = {}
+    rng = np.random.default_rng(20261128)
+    emb = rng.normal(size=(6000, 384)).astype(np.float32)
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    out["numpy.normalise_f32"] = _h(emb / norms)
+    x64 = rng.normal(size=200_000) * 5
+    out["numpy.exp_f64"] = _h(np.exp(x64))
+    out["numpy.log_f64"] = _h(np.log(np.abs(x64) + 1e-3))
+    a = rng.normal(size=(400, 400))
+    out["openblas.dgemm"] = _h(a @ a.T)
+    out["openblas.sgemm"] = _h(emb[:500] @ emb[500:1500].T)
+    centred = emb[:2000].astype(np.float64) - emb[:2000].mean(axis=0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    out["openblas.svd"] = _h(np.round(np.abs(vt[:16]), 12)) + "/" + _h(s)
+    try:
+        import faiss
+
+        index = faiss.IndexFlatIP(384)
+        index.add(emb)
+        for nq in (5, 30, 700):
+            d, i = index.search(emb[-nq:] * 0.9 + emb[:nq] * 0.1, 10)
+            out[f"faiss.flat_ip_{nq}"] = _h(d) + "/" + _h(i)
+    except ImportError:
+        out["faiss"] = "not installed"
+    if data:
+        z = np.load(data)
+        x, y, sizes = z["x"], z["y"], z["sizes"]
+    else:
+        x, y, sizes = _synthetic_table(rng)
+    from ltrr.rankers import LambdaMARTRanker
+
+    qid = np.repeat(np.arange(len(sizes)), sizes)
+    for threads in (1, 2):
+        model = LambdaMARTRanker(n_estimators=100, random_state=0, n_jobs=threads).fit(x, y, qid=qid)
+        trees = json.dumps(model.booster_.dump_model()["tree_info"], sort_keys=True)  # not the parameters
+        out[f"lightgbm.trees_{threads}t"] = hashlib.sha256(trees.encode()).hexdigest()[:16]
+        out[f"lightgbm.predict_{threads}t"] = _h(model.predict(x))
+    from ltrr._cpu import numeric_kernels
+
+    out["kernels"] = json.dumps(numeric_kernels(), sort_keys=True)
+    return out
+
+
+def machine() -> dict:
+    import numpy as np
+
+    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("model name")), platform.processor())
+    flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("flags")), [])
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "libc": " ".join(platform.libc_ver())}
+    for name in ("lightgbm", "faiss", "scipy", "sklearn"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = None
+    return {"cpu": model, "avx512f": "avx512f" in flags, "avx2": "avx2" in flags,
+            "cores": os.cpu_count(), "versions": versions}
+
+
+def make_data(out: Path, features: Path = Path("features/demo/raw.parquet")) -> None:
+    """The demo's routing features as a LightGBM table, with a label computed from them (the
+    arm's rank by max_sim within its query: gain 1, 0.5 or 0), so no utility label is read."""
+    import numpy as np
+    import pandas as pd
+
+    raw = pd.read_parquet(features)
+    num = raw.select_dtypes("number").columns.tolist()
+    arms = pd.get_dummies(raw["arm"]).astype(float)
+    x = np.hstack([raw[num].to_numpy(np.float64), arms.to_numpy()])
+    rank = raw.groupby("qid", sort=False)["max_sim"].rank(method="first", ascending=False).to_numpy()
+    y = np.select([rank <= 1, rank <= 3], [1.0, 0.5], 0.0)
+    sizes = raw.groupby("qid", sort=False).size().to_numpy()
+    np.savez_compressed(out, x=x, y=y, sizes=sizes)
+
+
+def compare(a: dict, b: dict) -> str:
+    lines = [f"A: {a['machine']['cpu']} (AVX-512 {a['machine']['avx512f']}), versions {a['machine']['versions']}",
+             f"B: {b['machine']['cpu']} (AVX-512 {b['machine']['avx512f']}), versions {b['machine']['versions']}",
+             "", "| check | native: A = B | pinned: A = B | A: native = pinned |", "|---|---|---|---|"]
+    for key in a["native"]:
+        if key == "kernels":
+            continue
+        same = [a["native"][key] == b["native"].get(key), a["pinned"][key] == b["pinned"].get(key),
+                a["native"][key] == a["pinned"][key]]
+        lines.append(f"| {key} | " + " | ".join("same" if s else "**differs**" for s in same) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--data", help="a .npz table for LightGBM (see --make-data)")
+    ap.add_argument("--make-data", type=Path, help="export the demo's features as such a table and stop")
+    ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.data)))
+        return 0
+    if args.make_data:
+        make_data(args.make_data)
+        return 0
+    if args.compare:
+        print(compare(*(json.loads(p.read_text()) for p in args.compare)))
+        return 0
+    base = {k: v for k, v in os.environ.items() if k not in _KERNEL_VARS}
+    base.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="2", PYTHONPATH=os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
+    result = {"machine": machine()}
+    for mode, env in MODES.items():
+        cmd = [sys.executable, __file__, "--child"] + (["--data", args.data] if args.data else [])
+        done = subprocess.run(cmd, env={**base, **env}, capture_output=True, text=True)
+        if done.returncode:
+            print(done.stderr[-2000:], file=sys.stderr)
+            return done.returncode
+        result[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
