@@ -104,6 +104,27 @@ def test_index_search_run_on_tiny_dataset(env, capsys):
     assert "[retrieve] skipped: inputs unchanged" in capsys.readouterr().out
 
 
+def test_features_made_under_other_cpu_kernels_are_made_again(env, monkeypatch):
+    """numpy's, faiss's and torch's kernels change the features' last bits (ltrr._cpu), so the
+    features stage's inputs name them: a table made under other kernels is not reused."""
+    import ltrr._cpu
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg, _ = _tiny(env)
+    assert main(["index", str(cfg)]) == 0
+    lines: list[str] = []
+    run = Run(load_config(cfg), log=lines.append)
+    run.stage_retrieve()
+    run.stage_features()
+    run.stage_features()
+    assert "[features] skipped" in lines[-1]
+    pinned = ltrr._cpu.numeric_kernels()
+    monkeypatch.setattr(ltrr._cpu, "numeric_kernels", lambda: {**pinned, "numpy": "native"})
+    run.stage_features()
+    assert "[features] skipped" not in "\n".join(lines[-2:]) and "rows" in lines[-1]
+
+
 @pytest.mark.slow
 def test_dense_arm_through_cli(env, capsys):
     cfg, _ = _tiny(env, with_dense=True)

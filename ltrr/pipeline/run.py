@@ -279,8 +279,14 @@ class Run:
             raise NotBuiltError(f"stage {stage} needs {path}, the output of stage {producer}; run `ltrr run` (or `ltrr {producer}`) first")
 
     def features_fingerprint(self) -> str:
-        """The fingerprint of the features stage's inputs: the retrieval it reads, ``[features]``."""
-        return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features.to_dict()})
+        """The fingerprint of the features stage's inputs: the retrieval it reads, ``[features]``,
+        and the CPU kernels numpy, faiss and torch compute with (`ltrr._cpu.numeric_kernels`): they
+        change the features' last bits, which the rankers amplify, so tables made under other
+        kernels (an older ltrr, or numpy imported before ltrr) are made again, not reused."""
+        from ltrr._cpu import numeric_kernels
+
+        return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features.to_dict(),
+                                  "kernels": numeric_kernels()})
 
     def stage_features(self, *, force: bool = False) -> Path:
         """Raw routing features of every (query, arm) -> features/<run>/ (Parquet + .npy)."""
