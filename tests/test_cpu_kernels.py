@@ -20,8 +20,8 @@ _PINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_
 
 def _py(code: str, **env) -> str:
     base = {k: v for k, v in os.environ.items() if k not in _PINNED}
-    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-1500:]  # the child's traceback, not only its exit status
     return out.stdout.strip().splitlines()[-1]
 
 
