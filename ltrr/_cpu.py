@@ -55,7 +55,7 @@ import platform
 import sys
 from collections.abc import Iterator
 
-__all__ = ["pin_cpu_kernels", "cpu_kernels", "numeric_kernels", "has_avx2", "one_blas_thread"]
+__all__ = ["pin_cpu_kernels", "cpu_kernels", "numeric_kernels", "unpinned_note", "has_avx2", "one_blas_thread"]
 
 #: library (the module whose loading reads the variables) -> the variables that pin its kernels
 _PINS: dict[str, dict[str, str]] = {
@@ -67,15 +67,20 @@ _PINS: dict[str, dict[str, str]] = {
 _LOADED_FIRST: set[str] = set()
 
 
-def has_avx2() -> bool:
-    """Whether this is an x86-64 Linux machine whose CPU has AVX2 (where the pins apply)."""
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags on an x86-64 Linux machine; empty elsewhere."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return set()
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            return any(line.startswith("flags") and " avx2" in line for line in fh)
+            return next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
     except OSError:  # not Linux: leave the kernels to the libraries
-        return False
+        return set()
+
+
+def has_avx2() -> bool:
+    """Whether this is an x86-64 Linux machine whose CPU has AVX2 (where the pins apply)."""
+    return "avx2" in _cpu_flags()
 
 
 def _numpy_names_its_targets() -> bool:
@@ -141,6 +146,18 @@ def numeric_kernels() -> dict[str, str]:
         pinned = library not in _LOADED_FIRST and all(os.environ.get(k) == v for k, v in pins.items())
         out[library] = "avx2" if pinned else "native"
     return out
+
+
+def unpinned_note() -> str | None:
+    """One line for a stage's log when a library loaded before ltrr keeps kernels that differ from
+    the pinned ones (on a CPU with AVX-512), so its numbers may differ from the ``ltrr`` command's;
+    None otherwise (nothing loaded first, ``LTRR_CPU_KERNELS=native`` asked for, or no AVX-512)."""
+    if not _LOADED_FIRST or os.environ.get("LTRR_CPU_KERNELS") == "native" or "avx512f" not in _cpu_flags():
+        return None
+    one = len(_LOADED_FIRST) == 1
+    return (f"{' and '.join(sorted(_LOADED_FIRST))} {'was' if one else 'were'} imported before ltrr, so "
+            f"{'its' if one else 'their'} own AVX-512 kernels are in effect and these numbers can differ in "
+            "the last bits from the `ltrr` command's; import ltrr first")
 
 
 @contextlib.contextmanager

@@ -102,3 +102,17 @@ def test_embeddings_are_the_same_bits_on_an_avx2_only_machine():
     native = np.frombuffer(bytes.fromhex(_py(_EMBED, LTRR_CPU_KERNELS="native")), dtype=np.float32)
     assert np.array_equal(here, avx2_machine)
     assert here.shape == (4 * 384,) and np.allclose(here, native, atol=1e-5)
+
+
+def test_a_library_loaded_before_ltrr_is_named_where_its_kernels_differ():
+    """The features stage logs this line: numpy imported first keeps its AVX-512 kernels."""
+    note = "import json; {pre}import ltrr; from ltrr._cpu import unpinned_note; print(json.dumps(unpinned_note()))"
+    first = json.loads(_py(note.format(pre="import numpy; ")))
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+        avx512 = " avx512f" in fh.read()
+    if avx512:
+        assert first.startswith("numpy was imported before ltrr, so its own AVX-512 kernels are in effect")
+    else:  # an AVX2 machine's native kernels are the pinned ones
+        assert first is None
+    assert json.loads(_py(note.format(pre=""))) is None
+    assert json.loads(_py(note.format(pre="import numpy; "), LTRR_CPU_KERNELS="native")) is None

@@ -300,6 +300,10 @@ class Run:
             return self.features_dir
         t0 = time.perf_counter()
         self.log(f"[features] start: {len(self.dataset.queries)} queries x {len(self.pool.arm_names)} arms")
+        from ltrr._cpu import unpinned_note
+
+        if (note := unpinned_note()) is not None:
+            logger.warning(f"[features] warning: {note}")
         results = pd.read_parquet(self.results_path)
         pool = self.pool.load(self.index_dir)
         raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self.no_retrieval_arms(),
