@@ -36,7 +36,8 @@ keeps that library's own kernels. The ``ltrr`` command and its worker processes 
 pinned; in a notebook, import ltrr before numpy for the command's numbers. `cpu_kernels` (in
 every encoder's identity, so indexes and features built under other torch kernels are rebuilt,
 not reused) says which torch kernels are in effect, and `numeric_kernels` says it for each
-library.
+library (the features stage's inputs name it); `unpinned_note` is the features stage's warning
+when a library loaded before ltrr keeps AVX-512 kernels.
 
 `one_blas_thread` runs a block of numpy linear algebra on one BLAS thread. OpenBLAS splits an
 SVD's and a matrix product's sums by its thread count, so the query-embedding PCA of the
