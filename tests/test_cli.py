@@ -125,6 +125,26 @@ def test_features_made_under_other_cpu_kernels_are_made_again(env, monkeypatch):
     assert "[features] skipped" not in "\n".join(lines[-2:]) and "rows" in lines[-1]
 
 
+def test_a_changed_ranker_default_redoes_the_stages_that_fit_it(env, monkeypatch):
+    """The eval and train stages name the rankers' defaults among their inputs, so a release that
+    changes one (svmrank-pairwise's iteration cap went from 100,000 to 1,000,000) refits them."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.evaluate import eval_fingerprint
+    from ltrr.rankers import RankSVMRanker, ranker_defaults
+
+    cfg, _ = _tiny(env)
+    run = Run(load_config(cfg), log=lambda m: None)
+    before = eval_fingerprint(run), run.train_fingerprint("svmrank-pairwise"), run.train_fingerprint("lambdamart-listwise")
+    assert ranker_defaults("svmrank-pairwise")["max_iter"] == 1_000_000
+    monkeypatch.setattr(RankSVMRanker.__init__, "__kwdefaults__",
+                        {**RankSVMRanker.__init__.__kwdefaults__, "max_iter": 100_000})
+    assert ranker_defaults("svmrank-pairwise")["max_iter"] == 100_000
+    after = eval_fingerprint(run), run.train_fingerprint("svmrank-pairwise"), run.train_fingerprint("lambdamart-listwise")
+    assert after[0] != before[0] and after[1] != before[1]
+    assert after[2] == before[2]  # another ranker's fit is kept
+
+
 @pytest.mark.slow
 def test_dense_arm_through_cli(env, capsys):
     cfg, _ = _tiny(env, with_dense=True)

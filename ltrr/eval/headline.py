@@ -42,6 +42,7 @@ from ltrr.eval.protocol import (
     oracle_choice,
     power_analysis,
 )
+from ltrr.rankers.tags import ranker_defaults
 
 __all__ = ["run_protocol", "captured_share", "protocol_summary", "fit_predict_candidate"]
 
@@ -215,6 +216,7 @@ def run_protocol(
                               n_folds=n_folds, routers=routers, n_jobs=n_jobs)[0]
         return {"preregistration": prereg}
     inputs = _inputs_fingerprint(run, labels, replicate, design_size=design_size, seed=seed, rankers=list(rankers),
+                                 ranker_defaults={r: ranker_defaults(r) for r in rankers},
                                  train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
                                  feature_sets=list(feature_sets or []), n_resamples=n_resamples)
     done = out_dir / "headline.json"

@@ -19,7 +19,7 @@ from ltrr._errors import ConfigError, DataError, LtrrError
 from ltrr._log import bar, quiet_worker_restarts
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
-from ltrr.rankers.tags import ranker_tags
+from ltrr.rankers.tags import ranker_defaults, ranker_tags
 
 __all__ = ["eval_stage", "eval_fingerprint", "fit_router", "TRAIN_FREE", "DEFAULT_RANKERS"]
 
@@ -69,12 +69,15 @@ def _fit_split(routers: list[tuple[str, object]], split_name: str, train_raw, tr
 
 
 def eval_fingerprint(run: RunContext) -> str:
-    """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed."""
+    """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed,
+    and the rankers' defaults (`ltrr.rankers.ranker_defaults`)."""
     # the retrieval tables' measures and the process count change no router figure (and a run
     # saved before those keys existed keeps its fingerprint)
     ecfg = {k: v for k, v in run.config.eval.items() if k not in ("retrieval_measures", "n_jobs")}
+    rankers = list(run.config.train.rankers or DEFAULT_RANKERS)
     return input_fingerprint({"labels": run.fingerprint_of("label"), "features": run.fingerprint_of("features"),
-                              "eval": ecfg, "train": run.config.train.to_dict(), "seed": run.config.seed})
+                              "eval": ecfg, "train": run.config.train.to_dict(), "seed": run.config.seed,
+                              "ranker_defaults": {r: ranker_defaults(r) for r in rankers}})
 
 
 def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:

@@ -37,7 +37,7 @@ from ltrr.pipeline.evaluate import (
     fit_router,
 )
 from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
-from ltrr.rankers.tags import ranker_tags
+from ltrr.rankers.tags import ranker_defaults, ranker_tags
 
 if TYPE_CHECKING:
     from ltrr.eval.splits import Split
@@ -361,6 +361,7 @@ class Run:
         ranker = ranker or self.config.train.ranker
         return input_fingerprint({"label": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
                                   "ranker": ranker, "params": self.config.train.params.get(ranker),
+                                  "defaults": ranker_defaults(ranker),
                                   "feature_set": self.config.features.set, "seed": self.config.seed})
 
     def fit_ltr_router(self, ranker: str, raw, labels: pd.DataFrame, *, texts, stage: str,

@@ -30,7 +30,7 @@ from ltrr.rankers.gbdt import (
 )
 from ltrr.rankers.linear import RankSVMRanker, SVMPointwiseRanker
 from ltrr.rankers.neural import FFNPointwiseRanker, ListNetRanker, RankNetRanker
-from ltrr.rankers.tags import RankerTags, ranker_tags
+from ltrr.rankers.tags import RankerTags, ranker_defaults, ranker_tags
 from ltrr.rankers.transformer import (
     TransformerListwiseRanker,
     TransformerPairwiseRanker,
@@ -44,6 +44,7 @@ __all__ = [
     "mean_ndcg",
     "ndcg_scorer",
     "RankerTags",
+    "ranker_defaults",
     "ranker_tags",
     "XGBoostPointwiseRanker",
     "XGBoostPairwiseRanker",

@@ -21,7 +21,7 @@ from typing import Any
 from ltrr._errors import ConfigError
 from ltrr.rankers.base import BaseRanker, rankers
 
-__all__ = ["RankerTags", "ranker_tags"]
+__all__ = ["RankerTags", "ranker_defaults", "ranker_tags"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,19 @@ def ranker_tags(ranker: str | type | BaseRanker) -> RankerTags:
         learns_missing=bool(klass.learns_missing),
         torch_based=bool(klass.torch_based),
     )
+
+
+def ranker_defaults(ranker: str) -> dict[str, Any]:
+    """The default parameters of the ranker registered as ``ranker`` (its ``get_params()``).
+
+    Stages that fit rankers name them among their inputs, so a release that changes a default
+    (a solver's iteration cap, say) redoes those stages instead of keeping tables fitted under the
+    old one.
+
+    Examples
+    --------
+    >>> ranker_defaults("svmrank-pairwise")["max_iter"]
+    1000000
+    """
+    return rankers.get(ranker)().get_params()
+
