@@ -56,7 +56,8 @@ import platform
 import sys
 from collections.abc import Iterator
 
-__all__ = ["pin_cpu_kernels", "cpu_kernels", "numeric_kernels", "unpinned_note", "has_avx2", "one_blas_thread"]
+__all__ = ["pin_cpu_kernels", "cpu_kernels", "numeric_kernels", "unpinned_note", "machine_record", "has_avx2",
+           "one_blas_thread"]
 
 #: library (the module whose loading reads the variables) -> the variables that pin its kernels
 _PINS: dict[str, dict[str, str]] = {
@@ -159,6 +160,44 @@ def unpinned_note() -> str | None:
     return (f"{' and '.join(sorted(_LOADED_FIRST))} {'was' if one else 'were'} imported before ltrr, so "
             f"{'its' if one else 'their'} own AVX-512 kernels are in effect and these numbers can differ in "
             "the last bits from the `ltrr` command's; import ltrr first")
+
+
+#: the libraries whose versions change a run's numbers -> their distributions' names (read from
+#: the metadata, not imported)
+_RECORDED = {"numpy": ("numpy",), "scipy": ("scipy",), "scikit-learn": ("scikit-learn",),
+             "lightgbm": ("lightgbm",), "xgboost": ("xgboost", "xgboost-cpu"), "torch": ("torch",),
+             "faiss": ("faiss-cpu", "faiss-gpu", "faiss"), "pandas": ("pandas",)}
+
+
+def machine_record() -> dict:
+    """Where a result was computed: the CPU, the kernels in effect and the numerical libraries'
+    versions, for a record beside the result (`ltrr.eval.headline` writes ``environment.json``).
+    Imports nothing heavy.
+
+    Examples
+    --------
+    >>> sorted(machine_record())
+    ['avx512', 'cpu', 'kernels', 'python', 'versions']
+    """
+    from importlib import metadata
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    versions: dict[str, str | None] = {}
+    for name, dists in _RECORDED.items():
+        versions[name] = None
+        for dist in dists:
+            try:
+                versions[name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return {"cpu": cpu, "avx512": "avx512f" in _cpu_flags(), "kernels": numeric_kernels(),
+            "python": platform.python_version(), "versions": versions}
 
 
 @contextlib.contextmanager

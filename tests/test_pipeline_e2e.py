@@ -426,6 +426,8 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
     import subprocess
     import sys
 
+    from ltrr._cpu import numeric_kernels
+
     root, model = project
     monkeypatch.chdir(root)
     cfg = _config(root, "threads", model, 7)
@@ -445,7 +447,9 @@ def test_eval_and_protocol_identical_with_1_and_2_threads(project, capsys, monke
         outputs.append(((root / "threads" / "reports" / "results.csv").read_bytes(),
                         (seed7 / "headline.json").read_bytes(), (seed7 / "preregistration.json").read_bytes()))
         assert set(json.loads((seed7 / "timings.json").read_text())) == {"design_seconds", "cv_seconds"}
-    # byte-identical: wall-clock times live in timings.json, beside the results
+        machine = json.loads((seed7 / "environment.json").read_text())  # where it ran, beside the results too
+        assert machine["kernels"] == numeric_kernels() and machine["versions"]["lightgbm"]
+    # byte-identical: wall-clock times and the machine live in timings.json and environment.json
     assert outputs[0] == outputs[1]
     head = root / "threads" / "protocol" / "seed-7" / "headline.json"
     before = head.stat().st_mtime_ns

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ltrr._cpu import machine_record
 from ltrr._errors import ConfigError, DataError, LtrrError
 from ltrr._log import quiet_worker_restarts
 from ltrr.data.io import write_text_atomic
@@ -285,8 +286,8 @@ def run_protocol(
 def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, seed, rankers, train_labels,
                  feature_sets, n_folds, routers, n_jobs) -> tuple[dict, dict, pd.DataFrame]:
     """Steps 2-3 of the protocol on the design part: cross-validate the candidates, choose, state
-    the power analysis and write ``preregistration.json`` (and ``timings.json``). Only design
-    queries' labels are read. Returns (the preregistration, the unfitted candidate routers by
+    the power analysis and write ``preregistration.json`` (and, beside it, ``timings.json`` and
+    ``environment.json``). Only design queries' labels are read. Returns (the preregistration, the unfitted candidate routers by
     name, the labels indexed by qid)."""
     from ltrr.eval import evaluate_splits, make_splits
     from ltrr.eval.routing import best_single_arm
@@ -335,6 +336,8 @@ def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, se
     # byte-identical preregistration.json and headline.json
     write_text_atomic(out_dir / "timings.json", json.dumps(
         {"design_seconds": round(time.perf_counter() - t0, 1), "cv_seconds": cv_seconds}, indent=2) + "\n")
+    # likewise the machine: the CPU, kernels and library versions that computed them
+    write_text_atomic(out_dir / "environment.json", json.dumps(machine_record(), indent=2) + "\n")
     return prereg, unfitted, lab_idx
 
 
