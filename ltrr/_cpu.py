@@ -69,15 +69,23 @@ _PINS: dict[str, dict[str, str]] = {
 _LOADED_FIRST: set[str] = set()
 
 
-def _cpu_flags() -> set[str]:
-    """The CPU's feature flags on an x86-64 Linux machine; empty elsewhere."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return set()
+def _cpuinfo(field: str) -> str | None:
+    """The first value of ``field`` in ``/proc/cpuinfo`` (``"flags"``, ``"model name"``); None
+    where there is no such file (not Linux) or field."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            return next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
-    except OSError:  # not Linux: leave the kernels to the libraries
+            return next((line.split(":", 1)[1].strip() for line in fh if line.split(":", 1)[0].strip() == field),
+                        None)
+    except OSError:
+        return None
+
+
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags on an x86-64 Linux machine; empty elsewhere (where the kernels are
+    left to the libraries)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return set()
+    return set((_cpuinfo("flags") or "").split())
 
 
 def has_avx2() -> bool:
@@ -181,12 +189,7 @@ def machine_record() -> dict:
     """
     from importlib import metadata
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    cpu = _cpuinfo("model name") or platform.processor() or platform.machine()
     versions: dict[str, str | None] = {}
     for name, dists in _RECORDED.items():
         versions[name] = None

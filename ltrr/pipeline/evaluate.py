@@ -68,16 +68,20 @@ def _fit_split(routers: list[tuple[str, object]], split_name: str, train_raw, tr
     return out
 
 
+def _rankers(run: RunContext) -> list[str]:
+    """The rankers the eval stage fits: ``[train] rankers``, else `DEFAULT_RANKERS`."""
+    return list(run.config.train.rankers or DEFAULT_RANKERS)
+
+
 def eval_fingerprint(run: RunContext) -> str:
     """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed,
     and the rankers' defaults (`ltrr.rankers.ranker_defaults`)."""
     # the retrieval tables' measures and the process count change no router figure (and a run
     # saved before those keys existed keeps its fingerprint)
     ecfg = {k: v for k, v in run.config.eval.items() if k not in ("retrieval_measures", "n_jobs")}
-    rankers = list(run.config.train.rankers or DEFAULT_RANKERS)
     return input_fingerprint({"labels": run.fingerprint_of("label"), "features": run.fingerprint_of("features"),
                               "eval": ecfg, "train": run.config.train.to_dict(), "seed": run.config.seed,
-                              "ranker_defaults": {r: ranker_defaults(r) for r in rankers}})
+                              "ranker_defaults": {r: ranker_defaults(r) for r in _rankers(run)}})
 
 
 def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
@@ -88,10 +92,10 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
     from ltrr.eval.routing import utility_matrix
 
     labels, raw = run.training_inputs("eval")
-    ecfg, tcfg = run.config.eval, run.config.train
+    ecfg = run.config.eval
     if isinstance(ecfg.n_jobs, bool) or not isinstance(ecfg.n_jobs, int) or ecfg.n_jobs < 1:
         raise ConfigError(f"[eval] n_jobs must be a positive integer, got {ecfg.n_jobs!r}")
-    rankers = list(tcfg.rankers or DEFAULT_RANKERS)
+    rankers = _rankers(run)
     fp = eval_fingerprint(run)
     out = run.reports_dir / "results.csv"
     if not force and run.is_fresh("eval", fp, [out]):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ltrr._cpu import numeric_kernels, unpinned_note
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import logger, progress_enabled
 from ltrr._tables import markdown_table
@@ -283,8 +284,6 @@ class Run:
         and the CPU kernels numpy, faiss and torch compute with (`ltrr._cpu.numeric_kernels`): they
         change the features' last bits, which the rankers amplify, so tables made under other
         kernels (an older ltrr, or numpy imported before ltrr) are made again, not reused."""
-        from ltrr._cpu import numeric_kernels
-
         return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features.to_dict(),
                                   "kernels": numeric_kernels()})
 
@@ -300,8 +299,6 @@ class Run:
             return self.features_dir
         t0 = time.perf_counter()
         self.log(f"[features] start: {len(self.dataset.queries)} queries x {len(self.pool.arm_names)} arms")
-        from ltrr._cpu import unpinned_note
-
         if (note := unpinned_note()) is not None:
             logger.warning(f"[features] warning: {note}")
         results = pd.read_parquet(self.results_path)
