@@ -7,8 +7,9 @@ Run it on two machines with the same library versions and compare the two JSON f
     python benchmarks/cpu_determinism.py --compare A.json B.json
 
 Each mode runs in a fresh process (the libraries read their kernel settings when they load):
-``native`` with ``LTRR_CPU_KERNELS=native``, ``pinned`` as the ``ltrr`` command runs. BLAS runs
-on one thread in both (thread counts are a separate, known source: `ltrr._cpu.one_blas_thread`).
+``native`` with ``LTRR_CPU_KERNELS=native``, ``pinned`` as the ``ltrr`` command runs, ``portable``
+with ``LTRR_CPU_KERNELS=portable`` (MKL's vendor-neutral branch for torch). BLAS runs
+on one thread in each (thread counts are a separate, known source: `ltrr._cpu.one_blas_thread`).
 The checks:
 
 - numpy: float32 row L2 normalisation (every embedding, `ltrr.embed`), float64 exp and log;
@@ -18,6 +19,15 @@ The checks:
   predictions), on 1 and 2 threads. ``--data`` gives it a real table (``make_data`` exports the
   demo's routing features with a label made from them, not from any utility label); without it a
   synthetic table with ties.
+- torch: a float32 product, small products of a torch ranker's layer shapes, float32 sqrt (Adam
+  takes it), layer norm, GELU and softmax; the default encoder (MiniLM) on fixed sentences;
+  ``ffn-pointwise`` fitted on the same table (its predictions).
+
+``--runner 'qemu-x86_64 -cpu Haswell-v4'`` runs the checks on an emulated AVX2 CPU without
+AVX-512 (``qemu-user`` 10.0 from Debian's bookworm-backports: QEMU's TCG has AVX2 and FMA but no
+AVX-512; bookworm's own 7.2 crashed in torch's AVX2 kernels). There /proc/cpuinfo is still the
+host's, so the machine record names the host; each child also records the kernels its libraries
+chose (``seen``), which name the CPU they saw.
 
 Inputs are seeded; nothing is timed. Machines, versions and the C library are recorded.
 """
@@ -29,11 +39,12 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-MODES = {"native": {"LTRR_CPU_KERNELS": "native"}, "pinned": {}}
+MODES = {"native": {"LTRR_CPU_KERNELS": "native"}, "pinned": {}, "portable": {"LTRR_CPU_KERNELS": "portable"}}
 _KERNEL_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "NPY_DISABLE_CPU_FEATURES",
                 "OPENBLAS_CORETYPE", "FAISS_SIMD_LEVEL", "LTRR_CPU_KERNELS")
 
@@ -100,7 +111,73 @@ def child(data: str | None) -> dict:
     from ltrr._cpu import numeric_kernels
 
     out["kernels"] = json.dumps(numeric_kernels(), sort_keys=True)
+    out.update(_torch_checks(x, y, qid))
+    out["seen"] = json.dumps(_kernels_seen(), sort_keys=True)
     return out
+
+
+def _torch_checks(x, y, qid) -> dict[str, str]:
+    """torch: ATen's and oneDNN's float32 kernels on their own, the default encoder (MiniLM) on
+    fixed sentences, and a torch ranker (``ffn-pointwise``) fitted on the table."""
+    try:
+        import torch
+    except ImportError:
+        return {"torch": "not installed"}
+    import numpy as np
+
+    out: dict[str, str] = {}
+    torch.manual_seed(0)
+    t = torch.randn(512, 384)
+    w = torch.randn(384, 384)
+    out["torch.matmul_f32"] = _h((t @ w).numpy())
+    out["torch.layer_norm"] = _h(torch.nn.functional.layer_norm(t, (384,)).numpy())
+    out["torch.gelu"] = _h(torch.nn.functional.gelu(t).numpy())
+    out["torch.softmax"] = _h(torch.softmax(t, dim=-1).numpy())
+    # small products of the shapes a torch ranker's layers have (MKL picks its code path by shape)
+    out["torch.matmul_small_shapes"] = "/".join(_h((torch.randn(m, k) @ torch.randn(k, n)).numpy())
+                                                for m, k, n in ((7, 30, 64), (64, 256, 30), (1000, 30, 64)))
+    s = torch.rand(4096) + 0.1
+    out["torch.sqrt_f32"] = _h(s.sqrt().numpy())
+    try:
+        from ltrr.embed import get_encoder
+
+        texts = [f"Which {w} did the {n} of {p} found in the year {1800 + 7 * i}?"
+                 for i, (w, n, p) in enumerate((w, n, p) for w in ("city", "company", "school", "river")
+                                               for n in ("king", "founder", "mayor", "bishop")
+                                               for p in ("Norway", "Peru", "Kenya", "Laos"))]
+        out["torch.minilm_encode"] = _h(get_encoder("minilm").encode_queries(texts, batch_size=16))
+    except ImportError as exc:  # the encoder package missing
+        out["torch.minilm_encode"] = f"not installed ({exc})"
+    from ltrr.rankers import FFNPointwiseRanker
+
+    ffn = FFNPointwiseRanker(n_epochs=3, random_state=0).fit(x, y, qid=qid)
+    out["torch.ffn_pointwise_predict"] = _h(np.asarray(ffn.predict(x), dtype=np.float64))
+    return out
+
+
+def _kernels_seen() -> dict:
+    """Which kernels the libraries chose in this process, as each reports it (the CPU they saw:
+    under an emulator /proc/cpuinfo is the host's, these are the emulated CPU's)."""
+    from numpy.lib.introspect import opt_func_info
+
+    seen = {"numpy.exp_f64": opt_func_info(func_name="exp", signature="float64")["exp"]["dd"]["current"]}
+    try:
+        from threadpoolctl import threadpool_info
+
+        seen["openblas"] = sorted({f"{i.get('prefix')}:{i.get('architecture')}" for i in threadpool_info()
+                                   if i.get("internal_api") == "openblas"})
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        seen["torch"] = torch.backends.cpu.get_cpu_capability()
+        s = torch.rand(4096, generator=torch.Generator().manual_seed(0)) + 0.1
+        # float32 sqrt against the correctly rounded value (float64 sqrt rounded once to float32)
+        seen["torch.sqrt_f32_correctly_rounded"] = bool((s.sqrt() == s.double().sqrt().float()).all())
+    except ImportError:
+        pass
+    return seen
 
 
 def machine() -> dict:
@@ -137,15 +214,22 @@ def make_data(out: Path, features: Path = Path("features/demo/raw.parquet")) -> 
 
 
 def compare(a: dict, b: dict) -> str:
-    lines = [f"A: {a['machine']['cpu']} (AVX-512 {a['machine']['avx512f']}), versions {a['machine']['versions']}",
-             f"B: {b['machine']['cpu']} (AVX-512 {b['machine']['avx512f']}), versions {b['machine']['versions']}",
-             "", "| check | native: A = B | pinned: A = B | A: native = pinned |", "|---|---|---|---|"]
+    def who(r: dict) -> str:
+        m = r["machine"]
+        on = f" under `{r['runner']}` (kernels seen: {r['native'].get('seen')})" if r.get("runner") else ""
+        return f"{m['cpu']} (AVX-512 {m['avx512f']}){on}, versions {m['versions']}"
+
+    lines = [f"A: {who(a)}", f"B: {who(b)}",
+             "", "| check | native: A = B | pinned: A = B | portable: A = B | A: native = pinned "
+             "| B native = A pinned |", "|---|---|---|---|---|---|"]
     for key in a["native"]:
-        if key == "kernels":
+        if key in ("kernels", "seen") or key not in b["native"]:
             continue
-        same = [a["native"][key] == b["native"].get(key), a["pinned"][key] == b["pinned"].get(key),
-                a["native"][key] == a["pinned"][key]]
-        lines.append(f"| {key} | " + " | ".join("same" if s else "**differs**" for s in same) + " |")
+        portable = (a["portable"][key] == b["portable"].get(key)) if "portable" in a and "portable" in b else None
+        same = [a["native"][key] == b["native"].get(key), a["pinned"][key] == b["pinned"].get(key), portable,
+                a["native"][key] == a["pinned"][key], b["native"].get(key) == a["pinned"][key]]
+        lines.append(f"| {key} | " + " | ".join("-" if s is None else "same" if s else "**differs**"
+                                                 for s in same) + " |")
     return "\n".join(lines)
 
 
@@ -155,6 +239,8 @@ def main() -> int:
     ap.add_argument("--data", help="a .npz table for LightGBM (see --make-data)")
     ap.add_argument("--make-data", type=Path, help="export the demo's features as such a table and stop")
     ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--runner", default="", help="a command that runs each child, as "
+                    "'qemu-x86_64 -cpu Haswell-v4' (an AVX2 CPU without AVX-512, emulated)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -169,9 +255,9 @@ def main() -> int:
     base = {k: v for k, v in os.environ.items() if k not in _KERNEL_VARS}
     base.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="2", PYTHONPATH=os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p))
-    result = {"machine": machine()}
+    result = {"machine": machine(), "runner": args.runner or None}
     for mode, env in MODES.items():
-        cmd = [sys.executable, __file__, "--child"] + (["--data", args.data] if args.data else [])
+        cmd = shlex.split(args.runner) + [sys.executable, __file__, "--child"] + (["--data", args.data] if args.data else [])
         done = subprocess.run(cmd, env={**base, **env}, capture_output=True, text=True)
         if done.returncode:
             print(done.stderr[-2000:], file=sys.stderr)

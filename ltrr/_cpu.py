@@ -10,7 +10,14 @@ measured on one AVX-512 machine by switching its kernels alone:
 - **torch** (ATen's layer norm, GELU, softmax; oneDNN's and MKL's products): MiniLM's embeddings
   differ by up to 1.5e-7. Pinned by ``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2`` and
   MKL's conditional numerical reproducibility ``MKL_CBWR=AVX2`` (with the first two alone MKL
-  still takes its AVX-512 branch for some products).
+  still takes its AVX-512 branch for some products). **MKL does not take its AVX2 branch on AMD
+  CPUs**: its verbose log (``MKL_VERBOSE=1``) says ``CNR:AUTO`` there and ``CNR:AVX2`` on an
+  Intel CPU, and the two give other bits for some product shapes. On an emulated Intel Haswell
+  (AVX2, no AVX-512; `benchmarks/results/cpu_determinism/`) the demo's 5,732 query embeddings
+  differed from this AMD EPYC's by up to 1.4e-7 on 2,204 rows; with ``MKL_CBWR=COMPATIBLE`` (MKL's
+  vendor-neutral code) a sample of 256 came out the same on both. That branch halves MiniLM's
+  encoding speed (4.2 s against 8.6 s for 512 passages here), so it is the opt-in
+  ``LTRR_CPU_KERNELS=portable``, for numbers that must agree between AMD and Intel machines.
 - **numpy** (its own SIMD loops, dispatched at import): float64 ``exp`` and ``log`` take an
   AVX-512 (SVML) kernel that differs from the C library on 4.6% of values, and reductions sum
   in other orders; the demo's query embeddings moved by up to 1.1e-7, its similarity features
@@ -29,7 +36,8 @@ inputs'. Pinned, numpy, OpenBLAS and faiss gave the same bits on both CPUs, and 
 batched search did not (`benchmarks/results/cpu_determinism/`).
 
 `pin_cpu_kernels` sets these variables unless the user set them (every x86-64 CPU of the last
-decade has AVX2; elsewhere nothing is set; ``LTRR_CPU_KERNELS=native`` turns it off). A library
+decade has AVX2; elsewhere nothing is set; ``LTRR_CPU_KERNELS=native`` turns it off and
+``LTRR_CPU_KERNELS=portable`` takes MKL's COMPATIBLE branch as above). A library
 reads them when it loads, so ``import ltrr`` calls it first thing, and each library's pins are set
 only if that library is not loaded yet: a process that imported numpy (or torch, or faiss) first
 keeps that library's own kernels. The ``ltrr`` command and its worker processes are always
@@ -65,6 +73,9 @@ _PINS: dict[str, dict[str, str]] = {
     "numpy": {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Haswell"},
     "faiss": {"FAISS_SIMD_LEVEL": "AVX2"},
 }
+#: ``LTRR_CPU_KERNELS=portable``: MKL's COMPATIBLE branch instead of AVX2, which MKL does not take
+#: on AMD CPUs (see the module's docstring)
+_PORTABLE = {"MKL_CBWR": "COMPATIBLE"}
 #: libraries that were loaded before `pin_cpu_kernels` ran (their kernels are their own)
 _LOADED_FIRST: set[str] = set()
 
@@ -105,12 +116,20 @@ def _numpy_names_its_targets() -> bool:
     return (major, minor) >= (2, 4)
 
 
+def _pins() -> dict[str, dict[str, str]]:
+    """`_PINS` under the mode ``LTRR_CPU_KERNELS`` asks for (``portable``: MKL's vendor-neutral
+    code path for torch's products)."""
+    if os.environ.get("LTRR_CPU_KERNELS") != "portable":
+        return _PINS
+    return {**_PINS, "torch": {**_PINS["torch"], **_PORTABLE}}
+
+
 def pin_cpu_kernels() -> dict[str, str]:
     """Pin the kernels of each numerical library not yet loaded to AVX2; returns what was set."""
     if os.environ.get("LTRR_CPU_KERNELS") == "native" or not has_avx2():
         return {}
     set_now: dict[str, str] = {}
-    for library, pins in _PINS.items():
+    for library, pins in _pins().items():
         if library in sys.modules:
             _LOADED_FIRST.add(library)
             continue
@@ -126,7 +145,8 @@ def pin_cpu_kernels() -> dict[str, str]:
 def cpu_kernels() -> str:
     """The CPU kernels torch computes with, as a short string for cache identities.
 
-    ``"avx2"`` when the pins are in effect, otherwise the settings as found
+    ``"avx2"`` when the pins are in effect, ``"portable"`` under ``LTRR_CPU_KERNELS=portable``,
+    otherwise the settings as found
     (``"aten=AVX512,onednn=NATIVE,mkl=NATIVE"``). Imports torch.
     """
     import torch
@@ -136,11 +156,14 @@ def cpu_kernels() -> str:
     mkl = os.environ.get("MKL_CBWR", "native").upper()
     if (aten, onednn, mkl) == ("AVX2", "AVX2", "AVX2"):
         return "avx2"
+    if (aten, onednn, mkl) == ("AVX2", "AVX2", "COMPATIBLE"):
+        return "portable"
     return f"aten={aten},onednn={onednn},mkl={mkl}"
 
 
 def numeric_kernels() -> dict[str, str]:
-    """Each library's kernels as this process set them: ``"avx2"`` where pinned, else ``"native"``.
+    """Each library's kernels as this process set them: ``"avx2"`` where pinned (torch:
+    ``"portable"`` under ``LTRR_CPU_KERNELS=portable``), else ``"native"``.
 
     A library counts as pinned when every one of its variables holds its pin and it was not loaded
     before `pin_cpu_kernels` ran (numpy older than 2.4 is never pinned). Imports nothing (torch's
@@ -153,8 +176,13 @@ def numeric_kernels() -> dict[str, str]:
     """
     out = {}
     for library, pins in _PINS.items():
-        pinned = library not in _LOADED_FIRST and all(os.environ.get(k) == v for k, v in pins.items())
-        out[library] = "avx2" if pinned else "native"
+        portable = library == "torch" and {**pins, **_PORTABLE}
+        for name, want in (("avx2", pins), ("portable", portable)):
+            if want and library not in _LOADED_FIRST and all(os.environ.get(k) == v for k, v in want.items()):
+                out[library] = name
+                break
+        else:
+            out[library] = "native"
     return out
 
 

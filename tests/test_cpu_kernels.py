@@ -61,6 +61,19 @@ def test_numpy_openblas_and_faiss_are_pinned_only_if_ltrr_loads_first():
         ["torch", "numpy", "faiss"], "native")
 
 
+def test_portable_mode_takes_mkls_vendor_neutral_branch_for_torch():
+    """MKL does not take its AVX2 branch on AMD CPUs; ``portable`` asks for its COMPATIBLE one."""
+    keys = ["ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"]
+    shown = json.loads(_py(_SHOW.format(pre="", keys=keys), LTRR_CPU_KERNELS="portable"))
+    assert shown == dict(zip(keys, ["avx2", "AVX2", "COMPATIBLE"], strict=True))
+    assert json.loads(_py(_KERNELS.format(pre=""), LTRR_CPU_KERNELS="portable")) == {
+        "torch": "portable", "numpy": "avx2", "faiss": "avx2"}
+    code = "import ltrr; from ltrr._cpu import cpu_kernels; print(cpu_kernels())"
+    assert _py(code, LTRR_CPU_KERNELS="portable") == "portable"  # an encoder identity of its own
+    # a user's own MKL branch still wins over the mode's
+    assert json.loads(_py(_KERNELS.format(pre=""), LTRR_CPU_KERNELS="portable", MKL_CBWR="AVX2"))["torch"] == "avx2"
+
+
 _LIBM = """
 import ltrr, math, sys, numpy as np
 x = np.random.default_rng(7).normal(size=100_000) * 5
