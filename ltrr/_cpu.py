@@ -37,7 +37,9 @@ batched search did not (`benchmarks/results/cpu_determinism/`).
 
 `pin_cpu_kernels` sets these variables unless the user set them (every x86-64 CPU of the last
 decade has AVX2; elsewhere nothing is set; ``LTRR_CPU_KERNELS=native`` turns it off and
-``LTRR_CPU_KERNELS=portable`` takes MKL's COMPATIBLE branch as above). A library
+``LTRR_CPU_KERNELS=portable`` takes MKL's COMPATIBLE branch as above; another value is a
+`ConfigError` from `kernel_mode`, which the ``ltrr`` command and every stage's inputs call, while
+``import ltrr`` stays quiet and pins as by default). A library
 reads them when it loads, so ``import ltrr`` calls it first thing, and each library's pins are set
 only if that library is not loaded yet: a process that imported numpy (or torch, or faiss) first
 keeps that library's own kernels. The ``ltrr`` command and its worker processes are always
@@ -64,7 +66,9 @@ import platform
 import sys
 from collections.abc import Iterator
 
-__all__ = ["pin_cpu_kernels", "cpu_kernels", "numeric_kernels", "unpinned_note", "machine_record", "has_avx2",
+from ltrr._errors import ConfigError
+
+__all__ = ["pin_cpu_kernels", "kernel_mode", "cpu_kernels", "numeric_kernels", "unpinned_note", "machine_record", "has_avx2",
            "one_blas_thread"]
 
 #: library (the module whose loading reads the variables) -> the variables that pin its kernels
@@ -116,20 +120,44 @@ def _numpy_names_its_targets() -> bool:
     return (major, minor) >= (2, 4)
 
 
-def _pins() -> dict[str, dict[str, str]]:
-    """`_PINS` under the mode ``LTRR_CPU_KERNELS`` asks for (``portable``: MKL's vendor-neutral
-    code path for torch's products)."""
-    if os.environ.get("LTRR_CPU_KERNELS") != "portable":
+#: the values ``LTRR_CPU_KERNELS`` takes (unset or empty means ``"avx2"``)
+KERNEL_MODES = ("avx2", "portable", "native")
+
+
+def kernel_mode() -> str:
+    """The mode ``LTRR_CPU_KERNELS`` asks for: ``"avx2"`` (the default), ``"portable"`` or
+    ``"native"``; a `ConfigError` for any other value (the ``ltrr`` command's one-line error)."""
+    mode = os.environ.get("LTRR_CPU_KERNELS", "").strip().lower() or "avx2"
+    if mode not in KERNEL_MODES:
+        raise ConfigError(f"LTRR_CPU_KERNELS={os.environ['LTRR_CPU_KERNELS']!r} is not one of "
+                          f"{', '.join(KERNEL_MODES)} (unset means avx2)")
+    return mode
+
+
+def _mode_or_default() -> str:
+    """`kernel_mode`, or the default for a value it does not know: ``import ltrr`` stays quiet, and
+    `numeric_kernels` and `cpu_kernels` (every stage's and encoder's inputs) raise the error."""
+    try:
+        return kernel_mode()
+    except ConfigError:
+        return "avx2"
+
+
+def _pins(mode: str) -> dict[str, dict[str, str]]:
+    """`_PINS` under a `kernel_mode` (``portable``: MKL's vendor-neutral code path for torch's
+    products)."""
+    if mode != "portable":
         return _PINS
     return {**_PINS, "torch": {**_PINS["torch"], **_PORTABLE}}
 
 
 def pin_cpu_kernels() -> dict[str, str]:
     """Pin the kernels of each numerical library not yet loaded to AVX2; returns what was set."""
-    if os.environ.get("LTRR_CPU_KERNELS") == "native" or not has_avx2():
+    mode = _mode_or_default()
+    if mode == "native" or not has_avx2():
         return {}
     set_now: dict[str, str] = {}
-    for library, pins in _pins().items():
+    for library, pins in _pins(mode).items():
         if library in sys.modules:
             _LOADED_FIRST.add(library)
             continue
@@ -151,6 +179,7 @@ def cpu_kernels() -> str:
     """
     import torch
 
+    kernel_mode()  # an unknown LTRR_CPU_KERNELS: the ConfigError
     aten = str(torch.backends.cpu.get_cpu_capability()).upper()
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "native").upper()
     mkl = os.environ.get("MKL_CBWR", "native").upper()
@@ -174,6 +203,7 @@ def numeric_kernels() -> dict[str, str]:
     >>> sorted(numeric_kernels())
     ['faiss', 'numpy', 'torch']
     """
+    kernel_mode()  # an unknown LTRR_CPU_KERNELS: the ConfigError, not numbers under unasked kernels
     out = {}
     for library, pins in _PINS.items():
         portable = library == "torch" and {**pins, **_PORTABLE}
@@ -190,7 +220,7 @@ def unpinned_note() -> str | None:
     """One line for a stage's log when a library loaded before ltrr keeps kernels that differ from
     the pinned ones (on a CPU with AVX-512), so its numbers may differ from the ``ltrr`` command's;
     None otherwise (nothing loaded first, ``LTRR_CPU_KERNELS=native`` asked for, or no AVX-512)."""
-    if not _LOADED_FIRST or os.environ.get("LTRR_CPU_KERNELS") == "native" or "avx512f" not in _cpu_flags():
+    if not _LOADED_FIRST or _mode_or_default() == "native" or "avx512f" not in _cpu_flags():
         return None
     one = len(_LOADED_FIRST) == 1
     return (f"{' and '.join(sorted(_LOADED_FIRST))} {'was' if one else 'were'} imported before ltrr, so "

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from ltrr._errors import ConfigError
 from ltrr.cli import main
 
 DOCS = [
@@ -262,6 +263,20 @@ def test_bad_config_key(env, capsys):
     assert main(["index", str(cfg)]) == 2
     assert "unknown config key [run].seeed" in _err(capsys)
     assert not (env / "data" / "indexes").exists()
+
+
+def test_unknown_cpu_kernel_mode(env, capsys, monkeypatch):
+    """A misspelt LTRR_CPU_KERNELS is one error line and exit 2 before any stage runs (import stays
+    quiet and pins as by default; `numeric_kernels`, every stage's input, raises)."""
+    cfg, _ = _tiny(env)
+    monkeypatch.setenv("LTRR_CPU_KERNELS", "portabel")
+    assert main(["index", str(cfg)]) == 2
+    assert "LTRR_CPU_KERNELS='portabel' is not one of avx2, portable, native" in _err(capsys)
+    assert not (env / "data" / "indexes").exists()
+    from ltrr._cpu import numeric_kernels
+
+    with pytest.raises(ConfigError, match="LTRR_CPU_KERNELS"):
+        numeric_kernels()
 
 
 def test_malformed_jsonl_and_duplicates_via_cli(env, capsys):

@@ -547,10 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     from ltrr import _log as log_setup
 
     log_setup.configure(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
-    from ltrr._cpu import numeric_kernels
+    from ltrr._cpu import kernel_mode, numeric_kernels
 
-    logging.getLogger("ltrr").debug("CPU kernels: %s", ", ".join(f"{k} {v}" for k, v in numeric_kernels().items()))
     try:
+        kernel_mode()  # an unknown LTRR_CPU_KERNELS is a one-line error here (a warning at import)
+        logging.getLogger("ltrr").debug("CPU kernels: %s", ", ".join(f"{k} {v}" for k, v in numeric_kernels().items()))
         return int(args.func(args) or 0)
     except LtrrError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
