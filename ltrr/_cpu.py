@@ -204,16 +204,12 @@ def numeric_kernels() -> dict[str, str]:
     ['faiss', 'numpy', 'torch']
     """
     kernel_mode()  # an unknown LTRR_CPU_KERNELS: the ConfigError, not numbers under unasked kernels
-    out = {}
-    for library, pins in _PINS.items():
-        portable = library == "torch" and {**pins, **_PORTABLE}
-        for name, want in (("avx2", pins), ("portable", portable)):
-            if want and library not in _LOADED_FIRST and all(os.environ.get(k) == v for k, v in want.items()):
-                out[library] = name
-                break
-        else:
-            out[library] = "native"
-    return out
+
+    def holds(library: str, mode: str) -> bool:
+        return library not in _LOADED_FIRST and all(os.environ.get(k) == v for k, v in _pins(mode)[library].items())
+
+    # numpy's and faiss's portable pins are their avx2 ones, so only torch can read "portable"
+    return {library: next((m for m in ("avx2", "portable") if holds(library, m)), "native") for library in _PINS}
 
 
 def unpinned_note() -> str | None:

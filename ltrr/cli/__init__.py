@@ -547,10 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     from ltrr import _log as log_setup
 
     log_setup.configure(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO)
-    from ltrr._cpu import kernel_mode, numeric_kernels
+    from ltrr._cpu import numeric_kernels
 
-    try:
-        kernel_mode()  # an unknown LTRR_CPU_KERNELS is a one-line error here (a warning at import)
+    try:  # numeric_kernels raises the one-line error for an unknown LTRR_CPU_KERNELS
         logging.getLogger("ltrr").debug("CPU kernels: %s", ", ".join(f"{k} {v}" for k, v in numeric_kernels().items()))
         return int(args.func(args) or 0)
     except LtrrError as exc:
