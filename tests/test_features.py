@@ -18,7 +18,9 @@ from ltrr.features import (
     FeatureSpec,
     RawFeatures,
     available_specs,
+    copy_feature_tables,
     extract_raw,
+    feature_tables_inputs,
     load_spec,
     query_length,
     read_feature_tables,
@@ -740,6 +742,27 @@ def test_write_and_read_feature_tables(tmp_path):
     (out / "raw_meta.json").unlink()
     with pytest.raises(NotBuiltError, match="raw_meta.json"):
         read_feature_tables(out)
+
+
+def test_feature_tables_record_their_inputs_and_copy_whole(tmp_path):
+    """``inputs`` round-trips; a folder without it, incomplete or with damaged JSON has None; a
+    copy is whole (JSON last) and copying an incomplete folder is an error that writes nothing."""
+    raw = hand_raw()
+    a = write_feature_tables(raw, tmp_path / "a", inputs="fp-1")
+    assert feature_tables_inputs(a) == "fp-1"
+    assert feature_tables_inputs(write_feature_tables(raw, tmp_path / "old")) is None  # as an older ltrr wrote it
+    assert feature_tables_inputs(tmp_path / "nowhere") is None
+    b = copy_feature_tables(a, tmp_path / "b")
+    assert feature_tables_inputs(b) == "fp-1"
+    for name in ("raw.parquet", "query_embeddings.npy", "raw_meta.json"):
+        assert (b / name).read_bytes() == (a / name).read_bytes()
+    assert sorted(p.name for p in b.iterdir()) == ["query_embeddings.npy", "raw.parquet", "raw_meta.json"]
+    (a / "raw_meta.json").write_text("{not json")
+    assert feature_tables_inputs(a) is None
+    (a / "query_embeddings.npy").unlink()
+    with pytest.raises(NotBuiltError, match="no complete feature tables to copy"):
+        copy_feature_tables(a, tmp_path / "c")
+    assert not (tmp_path / "c").exists()
 
 
 # ---- with the real encoder -------------------------------------------------------------------

@@ -134,7 +134,8 @@ def test_run_twice_same_seed_identical_and_skips(project, capsys, monkeypatch):
     assert "Cost: the router's arms" in out and "full tables" in out and "plot:" in out
     assert "Mean downstream utility" not in out
     assert main(["run", str(b)]) == 0
-    capsys.readouterr()
+    # b's retrieval, [features] and kernels are a's: its tables are copied from features/a, not made again
+    assert "[features] copied from features/a (made of the same inputs) -> features/b" in capsys.readouterr().out
     ra, rb = (root / "a" / "reports" / "results.csv").read_bytes(), (root / "b" / "reports" / "results.csv").read_bytes()
     assert ra == rb
     assert main(["run", str(a)]) == 0
@@ -143,6 +144,33 @@ def test_run_twice_same_seed_identical_and_skips(project, capsys, monkeypatch):
         assert f"[{stage}] skipped: inputs unchanged" in out
     for png in ("utility", "headroom", "per_type", "cost_utility"):
         assert (root / "a" / "reports" / "plots" / f"{png}.png").stat().st_size > 1000
+
+
+def test_one_config_name_in_two_workdirs_never_reads_the_others_features(project, capsys, monkeypatch):
+    """features/<name>/ is shared by every workdir of a config name: tables another workdir wrote
+    since are made again, never passed as fresh, and a later stage refuses them until then."""
+    root, model = project
+    monkeypatch.chdir(root)
+    one = _config(root, "shared", model, 7)
+    two = root / "shared-8.toml"  # the same name, another workdir and seed (so other retrieval)
+    two.write_text(one.read_text().replace("seed = 7", "seed = 8").replace(str(root / "shared"), str(root / "shared8")))
+    for cfg in (one, two):
+        assert main(["retrieve", str(cfg)]) == 0 and main(["label", str(cfg)]) == 0
+        assert main(["features", str(cfg)]) == 0
+    capsys.readouterr()
+    meta = json.loads((root / "features" / "shared" / "raw_meta.json").read_text())
+    assert meta["inputs"] == json.loads((root / "shared8" / "stages" / "features.json").read_text())["fingerprint"]
+    assert main(["eval", str(one)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "they were made of other inputs than this run's features stage recorded" in err[0]
+    assert not (root / "shared" / "reports" / "results.csv").exists()
+    assert main(["features", str(one)]) == 0
+    out = capsys.readouterr().out
+    # made again, here by copying features/a: the first test's config over the same retrieval
+    assert "[features] skipped" not in out and "[features] copied from features/a" in out
+    assert main(["eval", str(one)]) == 0
+    assert main(["features", str(one)]) == 0
+    assert "[features] skipped: inputs unchanged" in capsys.readouterr().out
 
 
 def test_other_seed_changes_the_splits(project, capsys, monkeypatch):

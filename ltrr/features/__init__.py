@@ -54,6 +54,7 @@ from ltrr.features.querytype import (
     phrasing_labels,
     query_type_classifiers,
 )
+from ltrr.features.raw import copy_feature_tables, feature_tables_inputs
 
 __all__ = [
     "RAW_VERSION",
@@ -69,6 +70,8 @@ __all__ = [
     "query_length",
     "write_feature_tables",
     "read_feature_tables",
+    "feature_tables_inputs",
+    "copy_feature_tables",
     "FeatureSpec",
     "load_spec",
     "available_specs",

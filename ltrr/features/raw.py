@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ __all__ = [
     "QueryRaw",
     "write_feature_tables",
     "read_feature_tables",
+    "feature_tables_inputs",
+    "copy_feature_tables",
 ]
 
 #: version of the raw feature definitions; bump when a definition changes
@@ -176,12 +179,16 @@ class QueryRaw:
 
 
 # ---- persistence ----------------------------------------------------------------------------
-def write_feature_tables(raw: RawFeatures, folder: str | Path) -> Path:
+def write_feature_tables(raw: RawFeatures, folder: str | Path, *, inputs: str | None = None) -> Path:
     """Write ``raw`` into ``folder`` atomically; returns the folder.
 
     Files: ``raw.parquet`` (the table), ``query_embeddings.npy`` and ``raw_meta.json`` (qids in
-    embedding order, arms, no-retrieval arms, meta). Each file is written to a temporary name
-    and renamed; the JSON goes last, so a folder with it is complete.
+    embedding order, arms, no-retrieval arms, meta, and ``inputs``). Each file is written to a
+    temporary name and renamed; the JSON goes last, so a folder with it is complete.
+
+    ``inputs`` is the fingerprint of what the tables were made from (the features stage passes
+    its input fingerprint); `feature_tables_inputs` reads it back, so a reader can tell tables
+    of other inputs from its own, whoever wrote the folder last.
     """
     if not isinstance(raw, RawFeatures):
         raise DataError(f"write_feature_tables needs RawFeatures, got {type(raw).__name__}")
@@ -198,8 +205,47 @@ def write_feature_tables(raw: RawFeatures, folder: str | Path) -> Path:
         "no_retrieval": list(raw.no_retrieval),
         "meta": raw.meta,
     }
+    if inputs is not None:
+        meta["inputs"] = str(inputs)
     write_json_atomic(folder / _META_FILE, meta, indent=1)
     return folder
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / f).is_file() for f in (_META_FILE, _TABLE_FILE, _EMB_FILE))
+
+
+def feature_tables_inputs(folder: str | Path) -> str | None:
+    """The ``inputs`` fingerprint `write_feature_tables` recorded in ``folder``.
+
+    None when the folder holds no complete tables, its JSON is damaged, or the tables were
+    written without one (by an older ltrr, or by hand).
+    """
+    folder = Path(folder)
+    if not _complete(folder):
+        return None
+    try:
+        got = json.loads((folder / _META_FILE).read_text(encoding="utf-8")).get("inputs")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+    return str(got) if got is not None else None
+
+
+def copy_feature_tables(src: str | Path, dst: str | Path) -> Path:
+    """Copy complete feature tables from ``src`` to ``dst`` with `write_feature_tables`'s atomicity.
+
+    The JSON of ``dst`` is removed first and copied last, so an interrupted copy leaves a folder
+    that reads as incomplete, never one that mixes two runs' files.
+    """
+    src, dst = Path(src), Path(dst)
+    if not _complete(src):
+        raise NotBuiltError(f"{src}: no complete feature tables to copy")
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / _META_FILE).unlink(missing_ok=True)
+    for name in (_TABLE_FILE, _EMB_FILE, _META_FILE):
+        with atomic_path(dst / name) as tmp:
+            shutil.copyfile(src / name, tmp)
+    return dst
 
 
 def read_feature_tables(folder: str | Path) -> RawFeatures:
