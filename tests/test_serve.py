@@ -133,6 +133,65 @@ def test_bad_requests_get_openai_errors(server):
     assert httpx.get(live.url + "/health").json()["status"] == "ok"
 
 
+class Recorder:
+    """A stand-in generator that keeps the decoding it was asked for and answers within its budget."""
+
+    backend = "test-recorder"
+    identity = "test-recorder-1"
+
+    def __init__(self):
+        self.params = []
+
+    def generate(self, prompts, params=None):
+        from ltrr.generation.base import Generation
+
+        self.params.append(params)
+        words = ["canberra", "is", "the", "capital", "city", "of", "australia"][: params.max_new_tokens]
+        return [Generation(text=" ".join(words), prompt_tokens=10, completion_tokens=len(words)) for _ in prompts]
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+    context_length = 2048
+
+
+def test_decoding_fields_are_honoured_or_refused(trained):
+    """max_tokens, temperature, top_p, stop and seed reach the generator; a bad value of each, n > 1,
+    logprobs, tools and a JSON response_format are one 400 naming the field, never silently ignored."""
+    from ltrr.generation import DecodingParams
+    from ltrr.serve import RoutedRAG, ServeSettings, create_app
+
+    _, _, model = trained
+    gen = Recorder()
+    service = RoutedRAG(model, generator=gen)
+    msgs = [{"role": "user", "content": "capital of australia?"}]
+    with Live(create_app(service, ServeSettings(api_key="", max_tokens=64))) as live:
+        client = _client(live)
+        plain = client.chat.completions.create(model="none", messages=msgs)
+        assert gen.params[-1] == DecodingParams(max_new_tokens=32)  # short_answer's own budget, greedy
+        assert plain.choices[0].finish_reason == "stop" and plain.usage.completion_tokens == 7
+        asked = client.chat.completions.create(model="none", messages=msgs, max_tokens=2, temperature=0.7, top_p=0.9,
+                                               stop=["\n\n"], seed=5)
+        assert gen.params[-1] == DecodingParams(max_new_tokens=2, temperature=0.7, top_p=0.9, stop=("\n\n",), seed=5)
+        assert asked.choices[0].message.content == "canberra is" and asked.choices[0].finish_reason == "length"
+        streamed = list(client.chat.completions.create(model="none", messages=msgs, max_completion_tokens=3,
+                                                       stream=True))
+        assert gen.params[-1].max_new_tokens == 3 and streamed[-1].choices[0].finish_reason == "length"
+        n_calls = len(gen.params)
+        for extra, param in [({"max_tokens": -3}, "max_tokens"), ({"max_tokens": "ten"}, "max_tokens"),
+                             ({"max_tokens": 65}, "max_tokens"), ({"max_completion_tokens": 0}, "max_completion_tokens"),
+                             ({"max_tokens": 4, "max_completion_tokens": 5}, "max_tokens"),
+                             ({"temperature": -1}, "temperature"), ({"temperature": 2.5}, "temperature"),
+                             ({"top_p": 0}, "top_p"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"), ({"stop": [""]}, "stop"),
+                             ({"seed": 1.5}, "seed"), ({"n": 3}, "n"), ({"logprobs": True}, "logprobs"),
+                             ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+                             ({"response_format": {"type": "json_object"}}, "response_format")]:
+            r = httpx.post(live.url + "/v1/chat/completions", json={"model": "none", "messages": msgs, **extra})
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == param and err["type"] == "invalid_request_error", (extra, r.text)
+        assert len(gen.params) == n_calls  # a refused request generates nothing
+
+
 class SlowService:
     """A stand-in service whose answers wait for a signal: the queue can be filled."""
 
@@ -151,7 +210,7 @@ class SlowService:
     def route(self, model, question):
         return {"model": model, "arm": "none", "cost": 0.0, "ranking": [], "passages": []}
 
-    def answer(self, routed, question):
+    def answer(self, routed, question, decoding=None):
         self.release.wait(10)
         return {"text": "ok", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 

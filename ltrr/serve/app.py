@@ -7,6 +7,13 @@ Concurrency: routing and retrieval run in the thread pool, so requests overlap t
 is serial (one CPU-bound model): requests queue for a single generation worker; the queue is
 bounded (a full queue answers 429) and a request waits at most ``timeout_s`` (then 503).
 
+Decoding: a chat request's ``max_tokens`` (or ``max_completion_tokens``), ``temperature``,
+``top_p``, ``stop`` and ``seed`` are honoured, each checked as OpenAI checks it (a bad value is a
+400 naming it); ``n`` other than 1, ``logprobs``, ``tools`` and a ``response_format`` other than
+text are refused with a 400 rather than silently ignored. Without them the answer decodes as the
+template recommends (greedy, its ``max_new_tokens``). ``finish_reason`` is ``length`` when the
+answer hit its token budget.
+
 Safety: ``LTRR_API_KEY`` set means every ``/v1`` request needs ``Authorization: Bearer <key>``,
 compared in constant time; the body size and each message's length are limited; every error is
 OpenAI's shape ``{"error": {"message", "type", "param", "code"}}`` and never carries a traceback.
@@ -36,6 +43,7 @@ class ServeSettings:
     timeout_s: float = 120.0  # longest wait of a request for its answer
     max_body_bytes: int = 64_000
     max_message_chars: int = 8_000
+    max_tokens: int = 1_024  # the largest max_tokens a request may ask for
     api_key: str | None = None  # default: the LTRR_API_KEY environment variable; "" for none
 
 
@@ -70,6 +78,55 @@ def _question(body: Any, settings: "ServeSettings") -> str:
     if not users:
         raise _Reject(400, "messages has no non-empty user message", param="messages")
     return users[-1]
+
+
+def _number(body: dict, key: str, low: float, high: float, *, low_open: bool = False) -> float | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    lo = "(" if low_open else "["
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (low < v if low_open else low <= v) or v > high:
+        raise _Reject(400, f"{key} must be a number in {lo}{low:g}, {high:g}], got {v!r}", param=key)
+    return float(v)
+
+
+def _decoding(body: dict, settings: "ServeSettings") -> dict[str, Any]:
+    """The decoding a chat request asks for, as `ltrr.generation.DecodingParams` fields (validated).
+
+    Only the fields the request gives: the rest stay as the template recommends."""
+    out: dict[str, Any] = {}
+    given = {k: body[k] for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None}
+    if len(set(map(repr, given.values()))) > 1:
+        raise _Reject(400, "max_tokens and max_completion_tokens differ; give one", param="max_tokens")
+    for key, v in given.items():
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= settings.max_tokens:
+            raise _Reject(400, f"{key} must be an integer in [1, {settings.max_tokens}], got {v!r}", param=key)
+        out["max_new_tokens"] = v
+    if (t := _number(body, "temperature", 0, 2)) is not None:
+        out["temperature"] = t
+    if (t := _number(body, "top_p", 0, 1, low_open=True)) is not None:
+        out["top_p"] = t
+    stop = body.get("stop")
+    if stop is not None:
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not 1 <= len(stop) <= 4 or not all(isinstance(x, str) and x for x in stop):
+            raise _Reject(400, "stop must be a non-empty string or a list of 1 to 4 of them", param="stop")
+        out["stop"] = tuple(stop)
+    seed = body.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise _Reject(400, f"seed must be an integer, got {seed!r}", param="seed")
+        out["seed"] = seed
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise _Reject(400, f"n must be 1: ltrr answers each request once (got {n!r})", param="n")
+    for key in ("logprobs", "tools"):
+        if body.get(key):
+            raise _Reject(400, f"{key} is not supported by ltrr's server", param=key)
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise _Reject(400, "response_format: only {\"type\": \"text\"} is supported", param="response_format")
+    return out
 
 
 def create_app(service, settings: "ServeSettings | None" = None):
@@ -144,7 +201,7 @@ def create_app(service, settings: "ServeSettings | None" = None):
             raise _Reject(400, str(exc), code="model_not_found", param="model") from None
         return await run_in_threadpool(service.route, model, question)
 
-    async def _generate(routed: dict, question: str) -> tuple[dict, float]:
+    async def _generate(routed: dict, question: str, decoding: dict) -> tuple[dict, float]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         t0 = time.perf_counter()
@@ -152,7 +209,7 @@ def create_app(service, settings: "ServeSettings | None" = None):
 
         def job():
             started["t"] = time.perf_counter()
-            return service.answer(routed, question)
+            return service.answer(routed, question, decoding)
 
         try:
             state["queue"].put_nowait((job, fut))
@@ -195,10 +252,11 @@ def create_app(service, settings: "ServeSettings | None" = None):
     async def chat(request: Request):
         body = await _body(request)
         question = _question(body, settings)
+        decoding = _decoding(body, settings)
         t0 = time.perf_counter()
         routed = await _route(body, question)
         try:
-            out, waited = await _generate(routed, question)
+            out, waited = await _generate(routed, question, decoding)
         except _Reject:
             raise
         except Exception:
@@ -209,7 +267,7 @@ def create_app(service, settings: "ServeSettings | None" = None):
         if not body.get("stream"):
             return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": routed["model"],
                                  "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"]},
-                                              "finish_reason": "stop"}],
+                                              "finish_reason": out.get("finish_reason", "stop")}],
                                  "usage": out["usage"], "ltrr": extra})
 
         def chunk(delta: dict, finish: str | None = None, **more) -> str:
@@ -223,7 +281,7 @@ def create_app(service, settings: "ServeSettings | None" = None):
             words = out["text"].split(" ")
             for i, w in enumerate(words):
                 yield chunk({"content": w if i == 0 else " " + w})
-            yield chunk({}, "stop", usage=out["usage"], ltrr=extra)
+            yield chunk({}, out.get("finish_reason", "stop"), usage=out["usage"], ltrr=extra)
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

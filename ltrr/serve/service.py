@@ -114,18 +114,35 @@ class RoutedRAG:
                                                            strict=True))],
                 "passages": passages}
 
-    def answer(self, routed: dict, question: str) -> dict:
-        """Answer ``question`` from the routed arm's passages; usage in tokens."""
+    def answer(self, routed: dict, question: str, decoding: dict | None = None) -> dict:
+        """Answer ``question`` from the routed arm's passages; usage in tokens.
+
+        ``decoding`` overrides the template's decoding (`ltrr.generation.DecodingParams` fields,
+        as `ltrr.serve.app` reads them from a request); its ``max_new_tokens`` bounds the fallback
+        prompt's answer too. ``finish_reason`` is ``length`` when the answer used its whole budget
+        (the backend's own reason when it gives one)."""
+        from dataclasses import replace
+
         from ltrr.generation import answer_with_fallback
 
+        decoding = dict(decoding or {})
+        template = self.template
+        if "max_new_tokens" in decoding:
+            n = int(decoding.pop("max_new_tokens"))
+            template = replace(template, max_new_tokens=n, fallback_max_new_tokens=n)
+        params = template.default_params(**decoding)
         texts = [p["text"] for p in routed["passages"]]
-        out = answer_with_fallback(self.generator, self.template, question, texts or None)
+        out = answer_with_fallback(self.generator, template, question, texts or None, params)
         if out.error:
             raise RuntimeError(f"generation failed: {out.error}")
         prompt = sum(g.prompt_tokens for g in out.generations)
         completion = sum(g.completion_tokens for g in out.generations)
-        return {"text": out.answer or "", "usage": {"prompt_tokens": int(prompt), "completion_tokens": int(completion),
-                                                    "total_tokens": int(prompt + completion)}}
+        last = out.generations[-1]
+        budget = template.fallback_max_new_tokens if out.used_fallback else params.max_new_tokens
+        finish = last.extra.get("finish_reason") or ("length" if last.completion_tokens >= budget else "stop")
+        return {"text": out.answer or "", "finish_reason": str(finish),
+                "usage": {"prompt_tokens": int(prompt), "completion_tokens": int(completion),
+                          "total_tokens": int(prompt + completion)}}
 
     def warm(self, question: str = "warm-up question") -> None:
         """Load what loads lazily (the encoders, the generator's weights) before the first request."""
