@@ -261,7 +261,7 @@ class ScriptedLM(ContinuationLM):
 
 
 def script_for(gold: str, plan: list[tuple[str, str, str]]) -> list[str]:
-    """The model turns of one scripted trajectory: a search per ``(arm, sub-query, thought)`` of
+    r"""The model turns of one scripted trajectory: a search per ``(arm, sub-query, thought)`` of
     ``plan``, then the answer ``gold``; no search when ``plan`` is empty.
 
     Examples

@@ -143,8 +143,8 @@ def power_analysis(
     Examples
     --------
     >>> r = power_analysis(np.array([0.0, 1.0] * 50), 400)
-    >>> round(r["mde"], 4)
-    0.0702
+    >>> round(r["sd"], 4), round(r["mde"], 4)
+    (0.5025, 0.0704)
     """
     from scipy.stats import norm
 

@@ -17,7 +17,8 @@ Examples
 >>> from ltrr.integrations.pyterrier import LTRRouterTransformer, arms
 >>> routed = LTRRouterTransformer("runs/demo/models/lambdamart-listwise")  # ltrr's own arms
 >>> bm25, dense = routed.arms["bm25"], routed.arms["dense"]  # doctest: +SKIP
->>> pt.Experiment([bm25, dense, routed], topics, qrels, ["nDCG@10", "RR"], baseline=0)  # doctest: +SKIP
+>>> from ir_measures import RR, nDCG  # PyTerrier parses a string measure as trec_eval's name
+>>> pt.Experiment([bm25, dense, routed], topics, qrels, [nDCG @ 10, RR], baseline=0)  # doctest: +SKIP
 """
 
 from __future__ import annotations
