@@ -197,6 +197,24 @@ def test_train_and_route(project, capsys, monkeypatch):
     assert sorted(r["arm"] for r in ranking) == ["bm25", "bm25-top1", "none"]
     assert main(["train", str(a), "--ranker", "nosuch"]) == 2
     assert "unknown ranker 'nosuch'" in capsys.readouterr().err
+    # the router answers by the generator and template its labels measured (generator.json), cached
+    model = root / "a" / "models" / "xgboost-pairwise"
+    rec = json.loads((model / "generator.json").read_text())
+    assert rec == {"generation": {"backend": "test-last-doc"}, "template": "short_answer"}
+    assert main(["route", str(model), "--answer", "what is the capital of paris"]) == 0
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said.startswith("answer (") and said.split(": ", 1)[1] in WORDS + ["unknown"]
+    from ltrr.routers import LTRRouter
+
+    gen = LTRRouter.load(model).answering_generator()
+    assert gen.identity == "test-last-doc-1" and type(gen).__name__ == "CachedGenerator"
+    (model / "generator.json").unlink()  # a router saved before the record: the train stage saves it again
+    assert main(["train", str(a), "--ranker", "xgboost-pairwise"]) == 0
+    assert "[train] skipped" not in capsys.readouterr().out and (model / "generator.json").is_file()
+    (model / "generator.json").write_text("[1, 2]")
+    assert main(["route", str(model), "--answer", "what is the capital of paris"]) == 2
+    assert "generator.json: expected a JSON object" in capsys.readouterr().err
+    assert main(["train", str(a), "--ranker", "xgboost-pairwise", "--force"]) == 0
 
 
 def test_missing_stage_output_is_named(project, capsys, monkeypatch):

@@ -120,6 +120,51 @@ def test_saved_router_from_another_version_or_feature_set(tmp_path):
         LTRRouter.load(tmp_path / "nothing")
 
 
+def test_the_generator_of_the_labels_is_saved_loaded_and_answered_with(tmp_path, monkeypatch):
+    """save(labelled_with=...) writes generator.json; load reads it into labelled_with_, a re-save
+    keeps it, a save without one removes a stale file, and a malformed record is a DataError."""
+    from ltrr.generation import generators
+    from ltrr.generation.base import Generation, Generator
+
+    class Fixed(Generator):
+        backend = "test-fixed-answer"
+
+        def __init__(self, word="canberra"):
+            self.word = word
+
+        @property
+        def identity(self):
+            return f"test-fixed-{self.word}"
+
+        def generate(self, prompts, params=None):
+            return [Generation(text=self.word) for _ in prompts]
+
+    if "test-fixed-answer" not in generators:
+        generators.register("test-fixed-answer", Fixed)
+    raw, labels = make(n_queries=20)
+    rec = {"generation": {"backend": "test-fixed-answer", "word": "paris"}, "template": "few_shot"}
+    LTRRouter(ranker="svm-pointwise").fit(raw, labels).save(tmp_path / "m", labelled_with=rec)
+    back = LTRRouter.load(tmp_path / "m")
+    assert back.labelled_with_ == rec and back.answering_template() == "few_shot"
+    gen = back.answering_generator(cache=tmp_path / "cache.sqlite")
+    assert gen.identity == "test-fixed-paris"
+    first, again = gen.generate(["q"])[0], gen.generate(["q"])[0]  # behind the cache
+    assert (first.text, first.cached, again.text, again.cached) == ("paris", False, "paris", True)
+    back.save(tmp_path / "again")
+    assert LTRRouter.load(tmp_path / "again").labelled_with_ == rec
+    fresh = LTRRouter(ranker="svm-pointwise").fit(raw, labels)
+    fresh.save(tmp_path / "m")  # no record now: the stale one goes
+    assert not (tmp_path / "m" / "generator.json").exists()
+    assert LTRRouter.load(tmp_path / "m").labelled_with_ is None
+    assert LTRRouter.load(tmp_path / "m").answering_template() == "short_answer"
+    (tmp_path / "m" / "generator.json").write_text(json.dumps({"generation": "llama", "template": 3}))
+    with pytest.raises(DataError, match="not a generator record"):
+        LTRRouter.load(tmp_path / "m")
+    with pytest.raises(DataError, match="labelled_with must be"):
+        fresh.save(tmp_path / "n", labelled_with={"template": "x"})
+    assert not (tmp_path / "n" / "router.json").exists()  # nothing half-written reads as a router
+
+
 def test_router_trained_on_other_arms_refuses(tmp_path):
     raw, labels = make(n_queries=20, n_arms=4)
     other, _ = make(n_queries=5, n_arms=5)

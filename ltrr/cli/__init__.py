@@ -278,7 +278,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ltrr.serve import ServeSettings, serve
 
-    generator, template, packing = None, "short_answer", None
+    generator, template, packing = None, None, None  # default: the generator the router's labels measured
     if args.config:  # the run's generator, behind its generation cache, and its context packing
         from ltrr.config import load_config
         from ltrr.packing import packing_from_config
@@ -479,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     ro = sub.add_parser("route", help="rank the arms for a question with a trained router")
     ro.add_argument("model_dir")
     ro.add_argument("question")
-    ro.add_argument("--answer", action="store_true", help="also answer with the top arm (default generator)")
+    ro.add_argument("--answer", action="store_true", help="also answer with the top arm, by the generator the router's labels measured")
     add_renamed(ro, "--token-budget", ["--context-budget"], type=int, default=0, metavar="N",
                 help="with --answer: read the top 2 routed arms' passages packed into N tokens")
     ro.add_argument("--json", action="store_true")
@@ -512,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("model_dir", help="a trained LTR router folder (ltrr train); its run's policies are served too")
     sv.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=int, default=8000)
-    sv.add_argument("--config", help="take the generator and template from this config (default: the packaged generator)")
+    sv.add_argument("--config", help="take the generator, template and packing from this config (default: the generator and template "
+                         "the router's labels were measured with, recorded by ltrr train)")
     sv.add_argument("--max-queue", type=int, default=16, help="requests waiting for the generation worker")
     sv.add_argument("--timeout", type=float, default=120.0, help="longest wait of a request, in seconds")
     sv.set_defaults(func=cmd_serve)

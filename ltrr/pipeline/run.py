@@ -456,6 +456,11 @@ class Run:
                   else f"the {part} part of the design/test partition (seed {seed}, as `ltrr agent eval`)")
         return set(split.test if part == "test" else split.train), source
 
+    def labelled_with(self) -> dict:
+        """The generator whose answers the labels measure: ``[generation]``'s backend settings and
+        template, which a trained router records (`ltrr.routers.LTRRouter.save`) and answers with."""
+        return {"generation": backend_settings(self.config.generation), "template": str(self.config.generation.template)}
+
     def stage_train(self, ranker: str | None = None, *, force: bool = False, part: str | None = None) -> Path:
         """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
 
@@ -467,6 +472,8 @@ class Run:
         ``<workdir>/models/<ranker>-design``: a router held out from every test question, for
         stages that route test questions (`ltrr context run --router-part design`).
         """
+        from ltrr.routers.ltr import GENERATOR_FILE
+
         ranker = ranker or self.config.train.ranker
         labels, raw = self.training_inputs()
         out = self.workdir / "models" / ranker
@@ -482,7 +489,7 @@ class Run:
             out = self.workdir / "models" / f"{ranker}-design"
             fp = input_fingerprint({"train": fp, "part": "design", "qids": sorted(map(str, qids))})
             record = f"train-{ranker}-design"
-        if not force and self.is_fresh(record, fp, [out / "router.json"]):
+        if not force and self.is_fresh(record, fp, [out / "router.json", out / GENERATOR_FILE]):
             self.log(f"[train] skipped: inputs unchanged, router in {out}")
             return out
 
@@ -492,7 +499,7 @@ class Run:
         router, notes = self.fit_ltr_router(ranker, raw, labels, texts=texts, stage="train")
         for note in notes:
             self.log(f"[train] warning: {ranker}: {note}")
-        router.save(out)
+        router.save(out, labelled_with=self.labelled_with())
         dt = time.perf_counter() - t0
         self.record(record, fp, dt, ranker=ranker, n_train_queries=router.n_train_queries_)
         self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {dt:.1f}s -> {out}")

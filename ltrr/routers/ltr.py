@@ -25,9 +25,12 @@ from ltrr.rankers.tags import RankerTags, ranker_tags
 from ltrr.routers.reference import score_frame
 from ltrr.routers.trainfree import Router, routers
 
-__all__ = ["LTRRouter", "ROUTER_FORMAT"]
+__all__ = ["LTRRouter", "ROUTER_FORMAT", "GENERATOR_FILE"]
 
 ROUTER_FORMAT = 1
+#: beside router.json: the generator (backend settings and template) whose answers the router's
+#: labels measured, which `LTRRouter.answering_generator` and the server answer with
+GENERATOR_FILE = "generator.json"
 
 
 @routers.register("ltrr")
@@ -50,6 +53,13 @@ class LTRRouter(Router):
         Where the pool's indexes are (``ltrr index``); needed only by `route`/`answer`.
     random_state : int
         Seed of the ranker and the feature pipeline.
+
+    Attributes
+    ----------
+    labelled_with_ : dict or None
+        Of a loaded router: ``{"generation": backend settings, "template": name}``, the generator
+        whose answers its labels measured (``ltrr train`` records it with `save`); None for a
+        router saved without it.
 
     Examples
     --------
@@ -234,31 +244,69 @@ class LTRRouter(Router):
 
         return RoutedPipeline.from_router(self).route(question).ranking
 
-    def answer(self, question: str, generator=None, *, template: str = "short_answer", packing=None) -> dict:
+    def answer(self, question: str, generator=None, *, template: str | None = None, packing=None) -> dict:
         """Route, then answer with the top arm's passages (closed-book for no retrieval).
 
-        With ``packing`` (a `ltrr.packing.PackSpec`), the answer reads the passages of the
+        ``generator`` and ``template`` default to the ones the router's labels were measured with
+        (`answering_generator`), so an answer reads passages as the generator the router learned
+        for. With ``packing`` (a `ltrr.packing.PackSpec`), the answer reads the passages of the
         ``top_m`` best routed arms packed into ``packing.budget`` tokens instead; ``arm`` then
         names the arms read, and ``context_tokens`` the packed context's length. A one-off over
         `ltrr.routers.RoutedPipeline`, as `route`.
         """
-        from ltrr.generation import make_generator
         from ltrr.routers.pipeline import RoutedPipeline
 
-        gen = generator or make_generator({})
-        return RoutedPipeline.from_router(self, packing=packing, generator=gen, template=template).answer(question)
+        gen = generator or self.answering_generator()
+        return RoutedPipeline.from_router(self, packing=packing, generator=gen,
+                                          template=template or self.answering_template()).answer(question)
+
+    def answering_template(self) -> str:
+        """The prompt template of the router's labels (``short_answer`` when none was recorded)."""
+        from ltrr.routers.pipeline import ANSWER_TEMPLATE
+
+        return str((getattr(self, "labelled_with_", None) or {}).get("template") or ANSWER_TEMPLATE)
+
+    def answering_generator(self, cache: str | Path | None = None):
+        """The generator the router's labels were measured with, behind the generation cache.
+
+        The backend settings ``ltrr train`` recorded (`labelled_with_`); the packaged default
+        generator for a router saved without them. Every call is cached in ``cache`` (default
+        `ltrr.data.io.default_generation_cache`), as a run's are.
+        """
+        from ltrr.data.io import default_generation_cache
+        from ltrr.generation import make_generator
+        from ltrr.generation.cache import CachedGenerator, GenerationCache
+
+        settings = dict((getattr(self, "labelled_with_", None) or {}).get("generation") or {})
+        path = Path(cache or default_generation_cache())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return CachedGenerator(make_generator(settings), GenerationCache(path))
 
     # ---- persistence ---------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
-        """Save pipeline, ranker and config into folder ``path`` (router.json written last)."""
+    def save(self, path: str | Path, *, labelled_with: dict | None = None) -> Path:
+        """Save pipeline, ranker and config into folder ``path`` (router.json written last).
+
+        ``labelled_with`` (``{"generation": backend settings, "template": name}``; default the
+        loaded router's `labelled_with_`) is written to ``generator.json``; without one, a stale
+        file from an earlier save is removed."""
         if not hasattr(self, "ranker_"):
             raise NotFittedError("LTRRouter is not fitted")
         from ltrr.features.pipeline import load_spec
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        (path / "router.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
         self.pipeline_.save(path / "features")
         self.ranker_.save(path / "ranker")
+        labelled_with = labelled_with if labelled_with is not None else getattr(self, "labelled_with_", None)
+        if labelled_with is not None:
+            if not isinstance(labelled_with.get("generation"), dict) or not isinstance(labelled_with.get("template"), str):
+                raise DataError("labelled_with must be {'generation': {backend settings}, 'template': name}")
+            write_json_atomic(path / GENERATOR_FILE, {"generation": labelled_with["generation"],
+                                                      "template": labelled_with["template"]}, indent=2, sort_keys=True)
+            self.labelled_with_ = {"generation": dict(labelled_with["generation"]), "template": labelled_with["template"]}
+        else:
+            (path / GENERATOR_FILE).unlink(missing_ok=True)
         meta = {
             "format": ROUTER_FORMAT,
             "ltrr_version": __version__,
@@ -298,4 +346,11 @@ class LTRRouter(Router):
         router.arms_ = list(meta["arms"])
         router.no_retrieval_ = list(meta["no_retrieval"])
         router.n_train_queries_ = int(meta["n_train_queries"])
+        router.labelled_with_ = None
+        if (path / GENERATOR_FILE).is_file():
+            gen = read_saved_meta(path / GENERATOR_FILE, "train the router again with `ltrr train CONFIG`")
+            if not isinstance(gen.get("generation"), dict) or not isinstance(gen.get("template"), str):
+                raise DataError(f"{path / GENERATOR_FILE}: not a generator record (generation, template); "
+                                "train the router again with `ltrr train CONFIG`")
+            router.labelled_with_ = {"generation": dict(gen["generation"]), "template": gen["template"]}
         return router

@@ -14,7 +14,7 @@ __all__ = ["RoutedRAG", "ServeSettings", "create_app", "serve"]
 
 
 def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
-          generator=None, template: str = "short_answer", packing=None) -> None:
+          generator=None, template: str | None = None, packing=None) -> None:
     """Load the model folder and serve it until interrupted."""
     from ltrr._errors import MissingDependencyError
 

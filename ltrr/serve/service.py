@@ -36,16 +36,17 @@ class RoutedRAG:
         Budgeted policy folders; default: every folder under ``<workdir>/policies/`` when
         ``model_dir`` is ``<workdir>/models/<ranker>``.
     generator : Generator or dict, optional
-        The answering model, or its config (default: the packaged generator).
-    template : str
-        Prompt template of the answers.
+        The answering model, or its config (default: the generator the router's labels were
+        measured with, `ltrr.routers.LTRRouter.answering_generator`, behind the generation cache).
+    template : str, optional
+        Prompt template of the answers (default: the router's labels' template).
     packing : PackSpec, optional
         Context packing (``[generation] context_budget``, `ltrr.packing`): an answer reads the
         top routed arms' passages packed into the budget instead of the top arm's.
     """
 
     def __init__(self, model_dir: str | Path, *, policies: list | None = None, generator: Any = None,
-                 template: str = "short_answer", packing: Any = None):
+                 template: str | None = None, packing: Any = None):
         from ltrr.generation import load_template, make_generator
         from ltrr.routers.ltr import LTRRouter
         from ltrr.routers.pipeline import RoutedPipeline
@@ -71,8 +72,10 @@ class RoutedRAG:
             if sorted(self.arms) != pol.arms_:
                 raise DataError(f"policy {folder}: trained on the pool {pol.arms_}, not this router's {sorted(self.arms)}")
             self.policies[Path(folder).name] = pol
-        self.generator = generator if generator is not None and not isinstance(generator, dict) \
-            else make_generator(generator or {})
+        if isinstance(generator, dict):
+            generator = make_generator(generator)
+        self.generator = generator if generator is not None else self.ltr.answering_generator()
+        template = template or self.ltr.answering_template()
         self.template = load_template(template)
         self.packing = packing
         # one routing path per model name, all over the one loaded pool
