@@ -160,6 +160,11 @@ def test_one_config_name_in_two_workdirs_never_reads_the_others_features(project
     capsys.readouterr()
     meta = json.loads((root / "features" / "shared" / "raw_meta.json").read_text())
     assert meta["inputs"] == json.loads((root / "shared8" / "stages" / "features.json").read_text())["fingerprint"]
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import stages
+
+    assert not stages.get("features").is_fresh(Run(load_config(str(one))))  # its record alone says fresh
     assert main(["eval", str(one)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "they were made of other inputs than this run's features stage recorded" in err[0]
@@ -171,6 +176,7 @@ def test_one_config_name_in_two_workdirs_never_reads_the_others_features(project
     assert main(["eval", str(one)]) == 0
     assert main(["features", str(one)]) == 0
     assert "[features] skipped: inputs unchanged" in capsys.readouterr().out
+    assert stages.get("features").is_fresh(Run(load_config(str(one))))
 
 
 def test_other_seed_changes_the_splits(project, capsys, monkeypatch):

@@ -70,6 +70,9 @@ class Stage:
         index compare build parameters, the headline its protocol's inputs).
     record : callable, optional
         ``record(run) -> str``: the name of its stage record (default: the stage's name).
+    fresh : callable, optional
+        ``fresh(run, fingerprint) -> bool``: the stage's own test of `is_fresh`, for a stage whose
+        outputs can be stale beyond its record (the features, shared by a config name).
     """
 
     name: str
@@ -81,6 +84,7 @@ class Stage:
     inputs: Callable[[Run], str] | None = None
     record: Callable[[Run], str] | None = None
     preamble: Callable[[Run, dict], str | None] | None = None
+    fresh: Callable[[Run, str], bool] | None = None
 
     def fingerprint(self, run: Run) -> str | None:
         """The fingerprint of the stage's inputs now (None when the stage checks them itself)."""
@@ -92,7 +96,11 @@ class Stage:
     def is_fresh(self, run: Run) -> bool:
         """Whether `execute` would skip: its inputs are those of its stage record and its outputs exist."""
         fp = self.fingerprint(run)
-        return fp is not None and run.is_fresh(self.record_name(run), fp, self.outputs(run))
+        if fp is None:
+            return False
+        if self.fresh is not None:
+            return bool(self.fresh(run, fp))
+        return run.is_fresh(self.record_name(run), fp, self.outputs(run))
 
     def is_configured(self, run: Run) -> bool:
         return True if self.configured is None else bool(self.configured(run))
@@ -272,11 +280,12 @@ _register(Stage("retrieve", "retrieve", lambda run, o: run.stage_retrieve(force=
 _register(Stage("label", "label", lambda run, o: run.stage_label(force=o.force, tolerate_failures=o.tolerate_failures),
                 lambda run: [run.labels_dir / "labels.parquet"], inputs=label_fingerprint))
 _register(Stage("features", "features", lambda run, o: run.stage_features(force=o.force),
-                lambda run: [run.features_dir / "raw.parquet"], inputs=lambda run: run.features_fingerprint()))
+                lambda run: [run.features_dir / "raw.parquet"], inputs=lambda run: run.features_fingerprint(),
+                fresh=lambda run, fp: run.features_fresh(fp)))
 _register(Stage("eval", "eval", lambda run, o: run.stage_eval(force=o.force), lambda run: [run.reports_dir / "results.csv"],
                 inputs=lambda run: run.eval_fingerprint()))
 _register(Stage("train", "train", lambda run, o: run.stage_train(force=o.force),
-                lambda run: [run.workdir / "models" / run.config.train.ranker / "router.json"],
+                lambda run: [run.workdir / "models" / run.config.train.ranker / f for f in ("router.json", "generator.json")],
                 inputs=lambda run: run.train_fingerprint(), record=lambda run: f"train-{run.config.train.ranker}"))
 _register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report=_policy_report,
                 configured=_policy_enabled, inputs=_policy_fingerprint))
