@@ -15,7 +15,7 @@ Examples
 --------
 >>> import pyterrier as pt  # doctest: +SKIP
 >>> from ltrr.integrations.pyterrier import LTRRouterTransformer, arms
->>> routed = LTRRouterTransformer("runs/demo/models/lambdamart-listwise")  # ltrr's own arms
+>>> routed = LTRRouterTransformer("runs/demo/models/lambdamart-listwise")  # doctest: +SKIP
 >>> bm25, dense = routed.arms["bm25"], routed.arms["dense"]  # doctest: +SKIP
 >>> from ir_measures import RR, nDCG  # PyTerrier parses a string measure as trec_eval's name
 >>> pt.Experiment([bm25, dense, routed], topics, qrels, [nDCG @ 10, RR], baseline=0)  # doctest: +SKIP
