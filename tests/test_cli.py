@@ -80,6 +80,44 @@ def _err(capsys):
     return err[0]
 
 
+def test_status_says_where_each_stage_stands_and_runs_nothing(env, capsys):
+    """``ltrr status``: up to date, to run (and why), waits (on the earlier stage its inputs name);
+    it builds, retrieves and writes nothing."""
+    cfg, ds = _tiny(env)
+    states = lambda: {r["stage"]: (r["state"], r["detail"]) for r in json.loads(capsys.readouterr().out)}  # noqa: E731
+    assert main(["status", str(cfg), "--json"]) == 0
+    st = states()
+    assert st["data"][0] == "built" and st["index"] == ("to build", f"no {env / 'data' / 'indexes' / 'tiny'}")
+    assert {s for s, _ in list(st.values())[2:]} <= {"waits", "not configured"} and st["retrieve"] == ("waits", "on index")
+    assert not (env / "data" / "indexes").exists() and not (env / "run").exists()  # nothing was made
+    assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["status", str(cfg), "--json"]) == 0
+    st = states()
+    assert st["retrieve"][0] == "up to date" and st["retrieve"][1].startswith("ran ")
+    assert st["label"] == ("to run", "never ran") and st["features"] == ("to run", "never ran")  # both read retrieve only
+    assert st["eval"] == ("waits", "on label") and st["train"] == ("waits", "on label")
+    assert st["headline"] == ("waits", "on label")
+    cfg.write_text(cfg.read_text().replace("k = 2", "k = 3"))
+    assert main(["status", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "retrieve  to run         its inputs changed since it ran (ran " in out
+    assert "features  waits          on retrieve" in out
+    assert f"`ltrr run {cfg}` runs retrieve, then checks label, features, eval, train, headline (skipped if" in out
+    assert main(["status", str(env / "nope.toml")]) == 2
+    assert "does not exist" in _err(capsys)
+
+
+def test_a_closed_stdout_pipe_ends_the_command_quietly(env):
+    """`ltrr ... | head`: the reader going away is exit 141 (as SIGPIPE in a shell), no traceback."""
+    cfg, _ = _tiny(env)
+    code = ("import sys, ltrr.cli as c\n"
+            "def gone(msg): raise BrokenPipeError(32, 'Broken pipe')\n"
+            f"c._out = gone\nsys.exit(c.main(['status', {str(cfg)!r}]))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (res.returncode, res.stderr) == (141, "")
+
+
 def test_help_is_fast_and_lazy():
     out = subprocess.run(
         [sys.executable, "-c", "import sys, ltrr.cli; ltrr.cli.build_parser(); "

@@ -522,11 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
     from ltrr.cli.cache import add_parser as add_cache_parser
     from ltrr.cli.context import add_parser as add_context_parser
     from ltrr.cli.policy import add_parser as add_policy_parser
+    from ltrr.cli.status import add_parser as add_status_parser
 
     add_cache_parser(sub, _log, _out)
     add_policy_parser(sub, _log, _out)
     add_context_parser(sub, _log, _out)
     add_agent_parser(sub, _log, _out)
+    add_status_parser(sub, _log, _out)
 
     r = sub.add_parser("run", help="run every stage of a config (the main job)")
     r.add_argument("config", help="config file or packaged name (demo)")
@@ -560,6 +562,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ltrr: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`ltrr ... | head`): stop quietly, as a shell tool does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,9 +8,10 @@ the next run redoes (or, for labelling, resumes) it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,7 @@ class Run:
         self._dataset: Dataset | None = None
         self._pool = None
         self._token_generator = None  # counts a packed arm's tokens (set with the pool)
+        self._reads: list[str] | None = None  # the stage records read, inside records_read()
 
     # ---- paths ---------------------------------------------------------------------------
     @property
@@ -389,7 +391,19 @@ class Run:
             return klass(arm=self.no_retrieval_arms()[0])
         return klass()
 
+    @contextlib.contextmanager
+    def records_read(self) -> Iterator[list[str]]:
+        """Collect the names of the stage records `fingerprint_of` reads within the block: the
+        earlier stages whose outputs a stage's inputs name (`ltrr.pipeline.stages.stage_status`)."""
+        outer, self._reads = self._reads, []
+        try:
+            yield self._reads
+        finally:
+            self._reads = outer
+
     def fingerprint_of(self, stage: str) -> str | None:
+        if self._reads is not None:
+            self._reads.append(stage)
         rec = self.stage_record(stage)
         return json.loads(rec.read_text())["fingerprint"] if rec.exists() else None
 

@@ -17,8 +17,8 @@ from ltrr._registry import Registry
 from ltrr.pipeline.labels import label_fingerprint
 from ltrr.pipeline.run import Run
 
-__all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "protocol_docs", "route_hint",
-           "results_notes", "headline_text"]
+__all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "stage_status", "protocol_docs",
+           "route_hint", "results_notes", "headline_text"]
 
 stages: Registry = Registry("stage")
 
@@ -126,6 +126,72 @@ def run_stages(run: Run, *, until: str | None = None, options: StageOptions = St
         if name == until:
             break
     return done
+
+
+def stage_status(run: Run) -> list[dict[str, str]]:
+    """Where each stage of `RUN_ORDER` stands, running none of them (``ltrr status``).
+
+    One ``{"stage", "state", "detail"}`` per stage, ``state`` one of:
+
+    - ``up to date``: `ltrr run` would skip it (`Stage.is_fresh`);
+    - ``to run``: never run, an output is missing, or its inputs changed since its record;
+    - ``waits``: an earlier stage whose record its inputs name is to run (`Run.records_read`),
+      so whether it runs again is known only after that one;
+    - ``built`` / ``to build`` for the data and index (they compare their build parameters when
+      they run; every later stage waits on them), ``written`` / ``to run`` for the headline
+      (its protocol checks its inputs; it waits on any earlier stage to run);
+    - ``not configured``: the config does not ask for it.
+
+    Fingerprints only hash what the stages read (the queries, the records); nothing is computed.
+    """
+    from ltrr._errors import LtrrError
+
+    rows: list[dict[str, str]] = []
+    todo: list[str] = []  # the stages `ltrr run` would run, in order
+    for name in RUN_ORDER:
+        stage = stages.get(name)
+        if not stage.is_configured(run):
+            rows.append({"stage": name, "state": "not configured", "detail": ""})
+            continue
+        missing = [str(p) for p in stage.outputs(run) if not p.exists()]
+        record = run.stage_record(stage.record_name(run))
+        built = [t for t in todo if t in ("data", "index")]
+        if name in ("data", "index"):
+            state, detail = ("built", str(stage.outputs(run)[0])) if not missing else ("to build", f"no {missing[0]}")
+        elif built or (stage.inputs is None and todo):
+            state, detail = "waits", f"on {(built or todo)[0]}"
+        elif stage.inputs is None:  # the headline
+            state, detail = ("written", str(stage.outputs(run)[0])) if not missing else ("to run", f"no {missing[0]}")
+        else:
+            with run.records_read() as reads:
+                try:
+                    fresh = stage.is_fresh(run)
+                except LtrrError as exc:
+                    fresh, missing = False, [str(exc)]
+            upstream = [r for r in reads if r in todo]
+            if upstream:
+                state, detail = "waits", f"on {upstream[0]}"
+            elif fresh:
+                state, detail = "up to date", _recorded(record)
+            else:
+                state = "to run"
+                detail = ("never ran" if not record.exists() else f"no {missing[0]}" if missing
+                          else f"its inputs changed since it ran ({_recorded(record)})")
+        if state in ("to run", "to build", "waits"):
+            todo.append(name)
+        rows.append({"stage": name, "state": state, "detail": detail})
+    return rows
+
+
+def _recorded(record: Path) -> str:
+    import time
+
+    try:
+        seconds = json.loads(record.read_text()).get("seconds")
+    except (OSError, json.JSONDecodeError):
+        return ""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.stat().st_mtime))
+    return f"ran {when}" + (f", {seconds:g} s" if isinstance(seconds, (int, float)) else "")
 
 
 def _say(out: Callable[[str], None], report: Callable[[Run, dict], str | None] | None, run: Run, done: dict) -> None:
