@@ -157,7 +157,7 @@ def test_index_search_run_on_tiny_dataset(env, capsys):
 def test_features_made_under_other_cpu_kernels_are_made_again(env, monkeypatch):
     """numpy's, faiss's and torch's kernels change the features' last bits (ltrr._cpu), so the
     features stage's inputs name them: a table made under other kernels is not reused."""
-    import ltrr.pipeline.run
+    import ltrr.pipeline.features
     from ltrr.config import load_config
     from ltrr.pipeline import Run
 
@@ -169,8 +169,8 @@ def test_features_made_under_other_cpu_kernels_are_made_again(env, monkeypatch):
     run.stage_features()
     run.stage_features()
     assert "[features] skipped" in lines[-1]
-    pinned = ltrr.pipeline.run.numeric_kernels()
-    monkeypatch.setattr(ltrr.pipeline.run, "numeric_kernels", lambda: {**pinned, "numpy": "native"})
+    pinned = ltrr.pipeline.features.numeric_kernels()
+    monkeypatch.setattr(ltrr.pipeline.features, "numeric_kernels", lambda: {**pinned, "numpy": "native"})
     run.stage_features()
     assert "[features] skipped" not in "\n".join(lines[-2:]) and "rows" in lines[-1]
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ltrr._cpu import numeric_kernels, unpinned_note
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import logger, progress_enabled
 from ltrr._tables import markdown_table
@@ -37,6 +36,12 @@ from ltrr.pipeline.evaluate import (
     eval_fingerprint,
     eval_stage,
     fit_router,
+)
+from ltrr.pipeline.features import (
+    features_fingerprint,
+    features_fresh,
+    features_stage,
+    training_inputs,
 )
 from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
 from ltrr.rankers.tags import ranker_defaults, ranker_tags
@@ -282,86 +287,20 @@ class Run:
             raise NotBuiltError(f"stage {stage} needs {path}, the output of stage {producer}; run `ltrr run` (or `ltrr {producer}`) first")
 
     def features_fingerprint(self) -> str:
-        """The fingerprint of the features stage's inputs: the retrieval it reads, ``[features]``,
-        and the CPU kernels numpy, faiss and torch compute with (`ltrr._cpu.numeric_kernels`): they
-        change the features' last bits, which the rankers amplify, so tables made under other
-        kernels (an older ltrr, or numpy imported before ltrr) are made again, not reused."""
-        return input_fingerprint({"retrieve": self.fingerprint_of("retrieve"), "features": self.config.features.to_dict(),
-                                  "kernels": numeric_kernels()})
+        """The fingerprint of the features stage's inputs (`ltrr.pipeline.features.features_fingerprint`)."""
+        return features_fingerprint(self)
 
     def features_fresh(self, fingerprint: str) -> bool:
-        """Whether ``features/<run>/`` holds this run's tables: its stage record and the tables'
-        own ``inputs`` (`ltrr.features.feature_tables_inputs`) both equal ``fingerprint``.
-
-        The folder is named for the config, not its workdir, so two configs of one name (or one
-        config run from two workdirs) share it; the stage record alone would then pass tables of
-        the other run's inputs as fresh."""
-        from ltrr.features import feature_tables_inputs
-
-        return (self.is_fresh("features", fingerprint, [self.features_dir / "raw.parquet"])
-                and feature_tables_inputs(self.features_dir) == fingerprint)
-
-    def features_made_of(self, fingerprint: str) -> Path | None:
-        """Another folder under ``features/`` whose tables were made of exactly these inputs
-        (another config name over the same retrieval, ``[features]`` and kernels), or None."""
-        from ltrr.features import feature_tables_inputs
-
-        root = self.features_dir.parent
-        for meta in sorted(root.glob("*/raw_meta.json")):
-            if meta.parent != self.features_dir and feature_tables_inputs(meta.parent) == fingerprint:
-                return meta.parent
-        return None
+        """Whether ``features/<run>/`` holds this run's tables (`ltrr.pipeline.features.features_fresh`)."""
+        return features_fresh(self, fingerprint)
 
     def stage_features(self, *, force: bool = False) -> Path:
-        """Raw routing features of every (query, arm) -> features/<run>/ (Parquet + .npy).
-
-        Skipped when `features_fresh`; copied, not computed, from another config's folder made
-        of the same inputs (`features_made_of`) unless ``force``."""
-        from ltrr.features import copy_feature_tables, extract_raw, write_feature_tables
-
-        self.need("features", self.results_path, "retrieve")
-        fp = self.features_fingerprint()
-        if not force and self.features_fresh(fp):
-            self.log(f"[features] skipped: inputs unchanged, tables in {self.features_dir}")
-            return self.features_dir
-        t0 = time.perf_counter()
-        if not force and (same := self.features_made_of(fp)) is not None:
-            copy_feature_tables(same, self.features_dir)
-            self.record("features", fp, time.perf_counter() - t0, reused=str(same))
-            self.log(f"[features] copied from {same} (made of the same inputs) -> {self.features_dir}")
-            return self.features_dir
-        self.log(f"[features] start: {len(self.dataset.queries)} queries x {len(self.pool.arm_names)} arms")
-        if (note := unpinned_note()) is not None:
-            logger.warning(f"[features] warning: {note}")
-        results = pd.read_parquet(self.results_path)
-        pool = self.pool.load(self.index_dir)
-        raw = extract_raw(self.dataset.queries, results, arms=pool.arm_names, no_retrieval=self.no_retrieval_arms(),
-                          embedding_source=pool.embedding_source(), show_progress=progress_enabled())
-        write_feature_tables(raw, self.features_dir, inputs=fp)
-        dt = time.perf_counter() - t0
-        self.record("features", fp, dt, rows=len(raw))
-        self.log(f"[features] {len(raw)} (query, arm) rows in {dt:.1f}s, loading the indexes and encoding the "
-                 f"queries included -> {self.features_dir}")
-        return self.features_dir
+        """Raw routing features of every (query, arm) -> features/<run>/ (`ltrr.pipeline.features.features_stage`)."""
+        return features_stage(self, force=force)
 
     def training_inputs(self, stage: str = "train"):
-        """The labels and the raw feature tables a later stage reads; `NotBuiltError` when either
-        is missing, or when ``features/<run>/`` holds tables of other inputs than the features
-        stage recorded for this workdir (another run of the same config name wrote it since)."""
-        from ltrr.features import feature_tables_inputs, read_feature_tables
-
-        self.need(stage, self.labels_dir / "labels.parquet", "label")
-        self.need(stage, self.features_dir / "raw.parquet", "features")
-        recorded, made = self.fingerprint_of("features"), feature_tables_inputs(self.features_dir)
-        if recorded is None or made != recorded:
-            why = ("this workdir has no features stage record" if recorded is None else
-                   "they were made of other inputs than this run's features stage recorded" if made else
-                   "they record no inputs (an older ltrr, or written by hand)")
-            raise NotBuiltError(f"stage {stage} cannot read the feature tables in {self.features_dir}: {why}; "
-                                f"run `ltrr features CONFIG` (or `ltrr run`) first")
-        labels = pd.read_parquet(self.labels_dir / "labels.parquet")
-        raw = read_feature_tables(self.features_dir)
-        return labels, raw
+        """The labels and the raw feature tables a later stage reads (`ltrr.pipeline.features.training_inputs`)."""
+        return training_inputs(self, stage)
 
     def texts(self) -> pd.DataFrame:
         results = pd.read_parquet(self.results_path)
