@@ -176,7 +176,10 @@ def stage_status(run: Run) -> list[dict[str, str]]:
             else:
                 state = "to run"
                 detail = ("never ran" if not record.exists() else f"no {missing[0]}" if missing
-                          else f"its inputs changed since it ran ({_recorded(record)})")
+                          else f"its inputs changed since it ran ({_recorded(record)})"
+                          if run.fingerprint_of(stage.record_name(run)) != stage.fingerprint(run)
+                          else "its outputs were made of other inputs (another workdir of this config name, "
+                               "or an older ltrr)")
         if state in ("to run", "to build", "waits"):
             todo.append(name)
         rows.append({"stage": name, "state": state, "detail": detail})
