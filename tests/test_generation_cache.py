@@ -446,3 +446,33 @@ def test_wrappers_take_backend_identity_and_tokens_from_the_wrapped_generator(ca
     cached.generate(["hello"], params)
     assert recorder.generate(["hello"], params)[0].text == "out:hello"
     assert list(recorder.records) == [cache_key("scripted", "scripted-v7", params, "hello")]
+
+
+def test_extract_one_models_rows_for_another_machine(tmp_path, capsys):
+    """`ltrr cache extract`: the rows of the named identities, verbatim, in one new self-contained
+    file that a fresh cache merges and then serves from with no generator call; an existing file or
+    an identity the cache lacks is one error, and nothing is written."""
+    from ltrr.cli import main
+
+    src = tmp_path / "src.sqlite"
+    with GenerationCache(src) as c:
+        CachedGenerator(Scripted("policy-a"), c).generate(["x", "y"])
+        CachedGenerator(Scripted("labels-b"), c).generate(["x", "z"])
+    out = tmp_path / "ckpt" / "policy-a.sqlite"
+    out.parent.mkdir()
+    assert main(["cache", "extract", str(out), "--identity", "policy-a", "--from", str(src)]) == 0
+    assert "extracted 2 generations of policy-a" in capsys.readouterr().out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["policy-a.sqlite"]  # no -wal, -shm or temporary
+    rows = lambda p: sorted(sqlite3.connect(p).execute("SELECT * FROM generations").fetchall())  # noqa: E731
+    assert rows(out) == [r for r in rows(src) if r[2] == "policy-a"]
+    with GenerationCache(tmp_path / "fresh.sqlite") as fresh:
+        assert fresh.merge(out)["added"] == 2
+        gen = CachedGenerator(Scripted("policy-a"), fresh)
+        assert [g.text for g in gen.generate(["x", "y"])] == ["out:x", "out:y"] and gen.generator_calls == 0
+    assert main(["cache", "extract", str(out), "--identity", "policy-a", "--from", str(src)]) == 2
+    assert "exists; extract writes a new cache file" in capsys.readouterr().err
+    other = tmp_path / "other.sqlite"
+    assert main(["cache", "extract", str(other), "--identity", "policy-c", "--from", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "no generation of model identity ['policy-c']" in err and "'labels-b', 'policy-a'" in err
+    assert not other.exists() and not list(tmp_path.glob(".other*"))

@@ -1,4 +1,4 @@
-"""`ltrr cache stats|export|merge`: the generation cache on the command line
+"""`ltrr cache stats|export|extract|merge`: the generation cache on the command line
 (`ltrr.generation.cache`, `ltrr.generation.prebuilt`)."""
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     ce.add_argument("config")
     ce.add_argument("out", help="output .jsonl.xz (smallest) or .jsonl.gz; a .json checksum is written beside it")
     ce.set_defaults(func=lambda a: _export(a, log, out))
+    cx = csub.add_parser("extract", help="copy one model's generations (an agent eval's policy, say) into a new "
+                                          "cache file, to commit and merge on another machine")
+    cx.add_argument("out", help="the new cache file (.sqlite); never overwritten")
+    cx.add_argument("--identity", action="append", required=True,
+                    help="a model identity as `ltrr cache stats` lists it (repeat for several)")
+    cx.add_argument("--from", dest="source", help="cache to read (default: data/cache/generations.sqlite)")
+    cx.set_defaults(func=lambda a: _extract(a, out))
     cm = csub.add_parser("merge", help="copy the rows of other caches (e.g. shards labelled on other machines) into this one")
     cm.add_argument("sources", nargs="+", help="cache files (.sqlite) or prebuilt exports (.jsonl.xz, .jsonl.gz)")
     cm.add_argument("--into", help="cache to merge into (default: data/cache/generations.sqlite)")
@@ -36,6 +43,20 @@ def _stats(args: argparse.Namespace, out) -> int:
     if not path.exists():
         raise LtrrError(f"no generation cache at {path}")
     out(json.dumps(stats(path), indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _extract(args: argparse.Namespace, out) -> int:
+    from ltrr.data.io import default_generation_cache
+    from ltrr.generation.cache import GenerationCache
+
+    source = Path(args.source) if args.source else default_generation_cache()
+    if not source.is_file():
+        raise LtrrError(f"no generation cache at {source}")
+    with GenerationCache(source) as cache:
+        n = cache.extract(args.identity, args.out)
+    out(f"extracted {n} generations of {', '.join(args.identity)} to {args.out}; "
+        f"on another machine: ltrr cache merge {args.out}")
     return 0
 
 

@@ -324,6 +324,46 @@ class GenerationCache:
         return {"rows": len(rows), "added": added, "present": len(good) - added,
                 "corrupt": len(rows) - len(good)}
 
+    def extract(self, identities: Sequence[str], dest: str | os.PathLike[str]) -> int:
+        """Write the rows of the model ``identities`` into a new cache file ``dest``; returns how many.
+
+        The checkpoint of a long computation for another machine, small enough to commit: an
+        interrupted ``ltrr agent eval`` keeps each continuation of its policy under the policy's
+        identity, so a fresh clone that merges the file (``ltrr cache merge``) resumes it where it
+        stopped. Rows are copied verbatim, their checksums included; ``dest`` appears whole or
+        not at all, and is never overwritten.
+
+        Raises
+        ------
+        ConfigError
+            ``dest`` exists, or an identity has no row here (the message lists those it has).
+        """
+        dest = Path(dest)
+        wanted = sorted(set(map(str, identities)))
+        if not wanted:
+            raise ConfigError("name at least one model identity to extract (see `ltrr cache stats`)")
+        if dest.exists():
+            raise ConfigError(f"{dest} exists; extract writes a new cache file")
+        with self._lock:
+            marks = ", ".join("?" * len(wanted))
+            rows = self.conn.execute(f"SELECT {_COLUMNS} FROM generations WHERE identity IN ({marks}) ORDER BY key",
+                                     wanted).fetchall()
+            have = [r[0] for r in self.conn.execute("SELECT DISTINCT identity FROM generations ORDER BY identity")]
+        missing = sorted(set(wanted) - {r[2] for r in rows})
+        if missing:
+            raise ConfigError(f"no generation of model identity {missing} in {self.path}; it holds {have}")
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        try:
+            with GenerationCache(tmp) as out:
+                out._insert(rows, "ABORT")
+                out.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                out.conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+            os.replace(tmp, dest)
+        finally:
+            for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+                leftover.unlink(missing_ok=True)
+        return len(rows)
+
     def stats(self) -> dict[str, Any]:
         """Rows, size on disk, rows per backend and model identity, corrupt rows."""
         checked = self.check()
