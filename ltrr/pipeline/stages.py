@@ -93,9 +93,10 @@ class Stage:
     def record_name(self, run: Run) -> str:
         return self.name if self.record is None else self.record(run)
 
-    def is_fresh(self, run: Run) -> bool:
-        """Whether `execute` would skip: its inputs are those of its stage record and its outputs exist."""
-        fp = self.fingerprint(run)
+    def is_fresh(self, run: Run, fingerprint: str | None = None) -> bool:
+        """Whether `execute` would skip: its inputs are those of its stage record and its outputs
+        exist. ``fingerprint``: the stage's `fingerprint` when the caller has it already."""
+        fp = self.fingerprint(run) if fingerprint is None else fingerprint
         if fp is None:
             return False
         if self.fresh is not None:
@@ -163,9 +164,11 @@ def stage_status(run: Run) -> list[dict[str, str]]:
         elif stage.inputs is None:  # the headline
             state, detail = ("written", str(stage.outputs(run)[0])) if not missing else ("to run", f"no {missing[0]}")
         else:
+            fp = None
             with run.records_read() as reads:
                 try:
-                    fresh = stage.is_fresh(run)
+                    fp = stage.fingerprint(run)
+                    fresh = stage.is_fresh(run, fp)
                 except LtrrError as exc:
                     fresh, missing = False, [str(exc)]
             upstream = [r for r in reads if r in todo]
@@ -177,7 +180,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                 state = "to run"
                 detail = ("never ran" if not record.exists() else f"no {missing[0]}" if missing
                           else f"its inputs changed since it ran ({_recorded(record)})"
-                          if run.fingerprint_of(stage.record_name(run)) != stage.fingerprint(run)
+                          if run.fingerprint_of(stage.record_name(run)) != fp
                           else "its outputs were made of other inputs (another workdir of this config name, "
                                "or an older ltrr)")
         if state in ("to run", "to build", "waits"):

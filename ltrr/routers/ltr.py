@@ -293,18 +293,17 @@ class LTRRouter(Router):
             raise NotFittedError("LTRRouter is not fitted")
         from ltrr.features.pipeline import load_spec
 
+        labelled_with = labelled_with if labelled_with is not None else getattr(self, "labelled_with_", None)
+        if labelled_with is not None:
+            labelled_with = _generator_record(labelled_with, "labelled_with")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "router.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
         self.pipeline_.save(path / "features")
         self.ranker_.save(path / "ranker")
-        labelled_with = labelled_with if labelled_with is not None else getattr(self, "labelled_with_", None)
         if labelled_with is not None:
-            if not isinstance(labelled_with.get("generation"), dict) or not isinstance(labelled_with.get("template"), str):
-                raise DataError("labelled_with must be {'generation': {backend settings}, 'template': name}")
-            write_json_atomic(path / GENERATOR_FILE, {"generation": labelled_with["generation"],
-                                                      "template": labelled_with["template"]}, indent=2, sort_keys=True)
-            self.labelled_with_ = {"generation": dict(labelled_with["generation"]), "template": labelled_with["template"]}
+            write_json_atomic(path / GENERATOR_FILE, labelled_with, indent=2, sort_keys=True)
+            self.labelled_with_ = labelled_with
         else:
             (path / GENERATOR_FILE).unlink(missing_ok=True)
         meta = {
@@ -349,8 +348,14 @@ class LTRRouter(Router):
         router.labelled_with_ = None
         if (path / GENERATOR_FILE).is_file():
             gen = read_saved_meta(path / GENERATOR_FILE, "train the router again with `ltrr train CONFIG`")
-            if not isinstance(gen.get("generation"), dict) or not isinstance(gen.get("template"), str):
-                raise DataError(f"{path / GENERATOR_FILE}: not a generator record (generation, template); "
-                                "train the router again with `ltrr train CONFIG`")
-            router.labelled_with_ = {"generation": dict(gen["generation"]), "template": gen["template"]}
+            router.labelled_with_ = _generator_record(gen, str(path / GENERATOR_FILE))
         return router
+
+
+def _generator_record(obj: Any, where: str) -> dict:
+    """``{"generation": backend settings, "template": name}`` checked and copied; `DataError` naming
+    ``where`` otherwise."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("generation"), dict) or not isinstance(obj.get("template"), str):
+        raise DataError(f"{where}: not a generator record {{'generation': {{backend settings}}, 'template': name}}; "
+                        "train the router again with `ltrr train CONFIG`")
+    return {"generation": dict(obj["generation"]), "template": obj["template"]}
