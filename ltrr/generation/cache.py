@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 
@@ -352,16 +353,15 @@ class GenerationCache:
         missing = sorted(set(wanted) - {r[2] for r in rows})
         if missing:
             raise ConfigError(f"no generation of model identity {missing} in {self.path}; it holds {have}")
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        try:
-            with GenerationCache(tmp) as out:
-                out._insert(rows, "ABORT")
-                out.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                out.conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-            os.replace(tmp, dest)
-        finally:
-            for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-                leftover.unlink(missing_ok=True)
+        with atomic_path(dest) as tmp:
+            try:
+                with GenerationCache(tmp) as out:
+                    out._insert(rows, "ABORT")
+                    out.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    out.conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+            finally:  # SQLite's side files of the temporary database, if it failed before DELETE mode
+                for side in (Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+                    side.unlink(missing_ok=True)
         return len(rows)
 
     def stats(self) -> dict[str, Any]:

@@ -139,8 +139,9 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     - ``waits``: an earlier stage whose record its inputs name is to run (`Run.records_read`),
       so whether it runs again is known only after that one;
     - ``built`` / ``to build`` for the data and index (they compare their build parameters when
-      they run; every later stage waits on them), ``written`` / ``to run`` for the headline
-      (its protocol checks its inputs; it waits on any earlier stage to run);
+      they run; every later stage waits on them), ``written`` / ``to run`` for the stages that
+      check their own inputs when they run (the context and agent loops, the headline's
+      protocol; each waits on any earlier stage to run);
     - ``not configured``: the config does not ask for it.
 
     Fingerprints only hash what the stages read (the queries, the records); nothing is computed.
@@ -161,7 +162,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
             state, detail = ("built", str(stage.outputs(run)[0])) if not missing else ("to build", f"no {missing[0]}")
         elif built or (stage.inputs is None and todo):
             state, detail = "waits", f"on {(built or todo)[0]}"
-        elif stage.inputs is None:  # the headline
+        elif stage.inputs is None:  # context, agent, headline: they check their inputs when they run
             state, detail = ("written", str(stage.outputs(run)[0])) if not missing else ("to run", f"no {missing[0]}")
         else:
             fp = None

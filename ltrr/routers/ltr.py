@@ -278,9 +278,7 @@ class LTRRouter(Router):
         from ltrr.generation.cache import CachedGenerator, GenerationCache
 
         settings = dict((getattr(self, "labelled_with_", None) or {}).get("generation") or {})
-        path = Path(cache or default_generation_cache())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return CachedGenerator(make_generator(settings), GenerationCache(path))
+        return CachedGenerator(make_generator(settings), GenerationCache(cache or default_generation_cache()))
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, path: str | Path, *, labelled_with: dict | None = None) -> Path:
