@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -106,6 +107,47 @@ def test_status_says_where_each_stage_stands_and_runs_nothing(env, capsys):
     assert f"`ltrr run {cfg}` runs retrieve, then checks label, features, eval, train, headline (skipped if" in out
     assert main(["status", str(env / "nope.toml")]) == 2
     assert "does not exist" in _err(capsys)
+
+
+def test_status_follows_a_labelling_from_its_progress_snapshot(env, capsys):
+    """A labelling that runs (in another process) is ``running`` with how far it got, and the
+    stages after it wait on it; one stopped part way is ``to run`` with how far it got; a snapshot
+    of other inputs (the config changed since) is not counted."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.labels import label_fingerprint
+    from ltrr.pipeline.progress import StageProgress, progress_path
+
+    cfg, _ = _tiny(env)
+    assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
+    run = Run(load_config(str(cfg)))
+    snap = progress_path(run.stage_record("label"))
+    states = lambda: {r["stage"]: (r["state"], r["detail"]) for r in json.loads(capsys.readouterr().out)}  # noqa: E731
+    capsys.readouterr()
+    with StageProgress(snap, fingerprint=label_fingerprint(run), phase="label", total=40, every_s=0) as p:
+        p.update(10)
+        assert main(["status", str(cfg), "--json"]) == 0
+        st = states()
+        assert st["label"][0] == "running" and st["label"][1].startswith("label running: 10 of 40 items (25%)")
+        assert f"(pid {os.getpid()}, updated" in st["label"][1]
+        assert st["eval"] == ("waits", "on label") and st["features"] == ("to run", "never ran")
+        assert main(["status", str(cfg)]) == 0
+        assert f"label is running now; `ltrr status {cfg}` again to follow it" in capsys.readouterr().out
+        with pytest.raises(KeyboardInterrupt):
+            with StageProgress(snap, fingerprint=label_fingerprint(run), phase="label", total=40, every_s=0) as q:
+                q.update(30)
+                raise KeyboardInterrupt
+    assert not snap.exists()  # the outer one ended normally: it removed the file
+    with pytest.raises(KeyboardInterrupt), StageProgress(snap, fingerprint=label_fingerprint(run), phase="label",
+                                                         total=40) as q:
+        q.update(30)
+        raise KeyboardInterrupt
+    assert main(["status", str(cfg), "--json"]) == 0
+    state, detail = states()["label"]
+    assert state == "to run" and detail.startswith("label stopped at 30 of 40 items (75%) 0 s ago (KeyboardInterrupt)")
+    cfg.write_text(cfg.read_text() + '\n[labels]\nmetric = "em"\n')
+    assert main(["status", str(cfg), "--json"]) == 0
+    assert states()["label"] == ("to run", "never ran")  # the snapshot measured other inputs
 
 
 def test_a_closed_stdout_pipe_ends_the_command_quietly(env):

@@ -232,6 +232,10 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (tmp_path / "killed" / "labels" / "labels.parquet").exists()  # nothing half-written
+    status = _ltrr("status", str(killed), "--json", env=env)  # how far it got, from another process
+    label = {r["stage"]: r for r in json.loads(status.stdout)}["label"]
+    assert label["state"] == "to run" and label["detail"].startswith("label stopped at ")
+    assert "(its process is gone); `ltrr run` resumes it from the generation cache" in label["detail"]
 
     from ltrr.generation.cache import GenerationCache
 
@@ -245,6 +249,7 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path):
     assert got == ref_labels
     summary = json.loads((tmp_path / "killed" / "labels" / "summary.json").read_text())
     assert summary["cache_hits"] >= 8  # the resumed run reused what the killed one generated
+    assert not (tmp_path / "killed" / "stages" / "label.progress.json").exists()  # finished: no snapshot left
 
     warm = _ltrr("label", str(killed), "--force", env=env)
     assert warm.returncode == 0

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Register ``ltrr status`` on the CLI's subparsers."""
-    st = sub.add_parser("status", help="where each stage of a config's run stands (up to date, to run, waits); "
-                                        "runs nothing")
+    st = sub.add_parser("status", help="where each stage of a config's run stands (up to date, to run, "
+                                        "running with how far it got, waits); runs nothing")
     st.add_argument("config")
     st.add_argument("--json", action="store_true", help="one JSON object per stage")
     st.set_defaults(func=lambda a: _status(a, out))
@@ -33,7 +33,10 @@ def _status(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         out(f"  {r['stage']:<{width}}  {r['state']:<14} {r['detail']}".rstrip())
     runs = [r["stage"] for r in rows if r["state"] in ("to run", "to build")]
     waits = [r["stage"] for r in rows if r["state"] == "waits"]
-    if not runs:
+    running = [r["stage"] for r in rows if r["state"] == "running"]
+    if running:  # a second `ltrr run` now would generate the same items twice
+        out(f"{', '.join(running)} is running now; `ltrr status {args.config}` again to follow it")
+    elif not runs:
         out("every configured stage is up to date")
     else:
         out(f"`ltrr run {args.config}` runs {', '.join(runs)}"

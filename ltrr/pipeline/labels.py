@@ -29,6 +29,22 @@ def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, tem
                          chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
                          params=template.default_params(max_new_tokens=gcfg.max_new_tokens), **kwargs)
 
+def _progress(run: RunContext, fingerprint: str, phase: str, total: int, *, whole: bool):
+    """The label stage's progress snapshot for ``ltrr status`` (`ltrr.pipeline.progress`); none for
+    a shard or a Dask task (they only fill the cache, many at once)."""
+    import contextlib
+
+    from ltrr.pipeline.progress import StageProgress, progress_path
+
+    if not whole:
+        return contextlib.nullcontext(None)
+    return StageProgress(progress_path(run.stage_record("label")), fingerprint=fingerprint, phase=phase, total=total)
+
+
+def _both(update, snap):
+    return update if snap is None else (lambda n: (update(n), snap.update(n)))
+
+
 def label_fingerprint(run: RunContext) -> str:
     """The fingerprint of the label stage's inputs: ``[labels]``, ``[generation]``, the retrieval."""
     lcfg = run.config.labels
@@ -138,11 +154,12 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     run.log(f"[label] start: {len(queries)} queries x {len(arms)} arms with {generator.identity}, "
              f"template {template.identity}, metric {metric}; cache {run.cache_path}")
     t0 = time.perf_counter()
-    with bar(total=n_items, desc="label", unit="item") as pbar:
+    with bar(total=n_items, desc="label", unit="item") as pbar, \
+            _progress(run, fp, "label", n_items, whole=shard is None) as snap:
         labelled = _label(
             run, queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
             template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
-            noise_arm=noise_arm, progress=pbar.update, likelihood=lcfg.likelihood,
+            noise_arm=noise_arm, progress=_both(pbar.update, snap), likelihood=lcfg.likelihood,
         )
     summary = summarise(labelled.labels, labelled.noise, seed=run.config.seed)
     summary["generator_calls"] = generator.generator_calls
@@ -215,10 +232,11 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
             return {}
     run.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
     t0 = time.perf_counter()
-    with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar:
+    with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar, \
+            _progress(run, label_fingerprint(run), "replicate", len(sub) * len(arms), whole=only is None) as snap:
         rep = _label(run, sub, results, arms=arms, no_retrieval=no_retrieval, generator=generator,
                      template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
-                     progress=pbar.update)
+                     progress=_both(pbar.update, snap))
     if only is not None:
         return {}
     write_table_atomic(rep.labels, run.labels_dir / "replicate.parquet")

@@ -135,7 +135,10 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     One ``{"stage", "state", "detail"}`` per stage, ``state`` one of:
 
     - ``up to date``: `ltrr run` would skip it (`Stage.is_fresh`);
-    - ``to run``: never run, an output is missing, or its inputs changed since its record;
+    - ``to run``: never run, an output is missing, or its inputs changed since its record (a long
+      stage stopped part way says how far it got, `ltrr.pipeline.progress`);
+    - ``running``: a long stage (the labelling) is running now, with how far it got and about how
+      long is left (its progress snapshot);
     - ``waits``: an earlier stage whose record its inputs name is to run (`Run.records_read`),
       so whether it runs again is known only after that one;
     - ``built`` / ``to build`` for the data and index (they compare their build parameters when
@@ -147,6 +150,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     Fingerprints only hash what the stages read (the queries, the records); nothing is computed.
     """
     from ltrr._errors import LtrrError
+    from ltrr.pipeline.progress import describe_progress, progress_path, read_progress
 
     rows: list[dict[str, str]] = []
     todo: list[str] = []  # the stages `ltrr run` would run, in order
@@ -173,8 +177,11 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                 except LtrrError as exc:
                     fresh, missing = False, [str(exc)]
             upstream = [r for r in reads if r in todo]
+            snap = describe_progress(read_progress(progress_path(record)), fp)  # a long stage's own snapshot
             if upstream:
                 state, detail = "waits", f"on {upstream[0]}"
+            elif snap is not None and snap[0] == "running":  # even over a fresh record: ltrr label --force
+                state, detail = snap
             elif fresh:
                 state, detail = "up to date", _recorded(record)
             else:
@@ -184,7 +191,9 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                           if run.fingerprint_of(stage.record_name(run)) != fp
                           else "its outputs were made of other inputs (another workdir of this config name, "
                                "or an older ltrr)")
-        if state in ("to run", "to build", "waits"):
+                if snap is not None:  # stopped part way: how far it got
+                    detail = snap[1]
+        if state in ("to run", "to build", "waits", "running"):
             todo.append(name)
         rows.append({"stage": name, "state": state, "detail": detail})
     return rows
