@@ -192,6 +192,44 @@ def test_decoding_fields_are_honoured_or_refused(trained):
         assert len(gen.params) == n_calls  # a refused request generates nothing
 
 
+def test_legacy_text_completions_answer_the_prompt_as_the_question(trained):
+    """``/v1/completions`` (the openai client's ``completions.create``, used by older tools): the
+    prompt is the question, routed and answered as in chat, whole or streamed, with the same
+    decoding fields; several prompts, token ids, echo, suffix and best_of > 1 are one 400."""
+    from ltrr.serve import RoutedRAG, ServeSettings, create_app
+
+    _, _, model = trained
+    gen = Recorder()
+    service = RoutedRAG(model, generator=gen)
+    with Live(create_app(service, ServeSettings(api_key="", max_tokens=64, max_message_chars=200))) as live:
+        client = _client(live)
+        q = "capital of australia?"
+        chat = client.chat.completions.create(model="ltrr", messages=[{"role": "user", "content": q}], max_tokens=3)
+        text = client.completions.create(model="ltrr", prompt=q, max_tokens=3)
+        assert text.object == "text_completion" and text.id.startswith("cmpl-")
+        assert text.choices[0].text == chat.choices[0].message.content == "canberra is the"
+        assert text.choices[0].finish_reason == "length" and text.usage == chat.usage
+        assert text.model_extra["ltrr"]["arm"] == chat.model_extra["ltrr"]["arm"]
+        assert text.model_extra["ltrr"]["passages"] == chat.model_extra["ltrr"]["passages"]
+        listed = client.completions.create(model="none", prompt=[q])  # a list of one prompt is that prompt
+        assert listed.choices[0].text == "canberra is the capital city of australia"
+        chunks = list(client.completions.create(model="none", prompt=q, max_tokens=2, stream=True))
+        assert "".join(c.choices[0].text for c in chunks) == "canberra is"
+        assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].object == "text_completion"
+        n_calls = len(gen.params)
+        for extra, param in [({"prompt": [q, q]}, "prompt"), ({"prompt": [1, 2, 3]}, "prompt"),
+                             ({"prompt": "  "}, "prompt"), ({"prompt": None}, "prompt"),
+                             ({"prompt": "x" * 201}, "prompt"), ({"prompt": q, "echo": True}, "echo"),
+                             ({"prompt": q, "suffix": "!"}, "suffix"), ({"prompt": q, "best_of": 2}, "best_of"),
+                             ({"prompt": q, "logprobs": 2}, "logprobs"), ({"prompt": q, "max_tokens": 0}, "max_tokens")]:
+            r = httpx.post(live.url + "/v1/completions", json={"model": "none", **extra})
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == param and "Traceback" not in r.text, (extra, r.text)
+        assert len(gen.params) == n_calls  # a refused request generates nothing
+        unknown = httpx.post(live.url + "/v1/completions", json={"model": "gpt-4", "prompt": q})
+        assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "model_not_found"
+
+
 class SlowService:
     """A stand-in service whose answers wait for a signal: the queue can be filled."""
 

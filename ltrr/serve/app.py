@@ -1,13 +1,15 @@
 """The OpenAI-compatible HTTP API over a `RoutedRAG` (FastAPI; served by uvicorn).
 
 Endpoints: ``POST /v1/chat/completions`` (``stream`` as server-sent events ending in ``[DONE]``),
-``GET /v1/models``, ``POST /v1/route`` (ranked arms and passages, no generation), ``GET /health``.
+``POST /v1/completions`` (the legacy text completions: its ``prompt`` is the question; the same
+routing, decoding and streaming), ``GET /v1/models``, ``POST /v1/route`` (ranked arms and
+passages, no generation), ``GET /health``.
 
 Concurrency: routing and retrieval run in the thread pool, so requests overlap there. Generation
 is serial (one CPU-bound model): requests queue for a single generation worker; the queue is
 bounded (a full queue answers 429) and a request waits at most ``timeout_s`` (then 503).
 
-Decoding: a chat request's ``max_tokens`` (or ``max_completion_tokens``), ``temperature``,
+Decoding: a request's ``max_tokens`` (or ``max_completion_tokens``), ``temperature``,
 ``top_p``, ``stop`` and ``seed`` are honoured, each checked as OpenAI checks it (a bad value is a
 400 naming it); ``n`` other than 1, ``logprobs``, ``tools`` and a ``response_format`` other than
 text are refused with a 400 rather than silently ignored. Without them the answer decodes as the
@@ -78,6 +80,32 @@ def _question(body: Any, settings: "ServeSettings") -> str:
     if not users:
         raise _Reject(400, "messages has no non-empty user message", param="messages")
     return users[-1]
+
+
+def _prompt(body: Any, settings: "ServeSettings") -> str:
+    """The question of a (legacy) text completion request: its ``prompt``, one string (validated).
+
+    Token-id prompts, several prompts, ``echo``, ``suffix`` and ``best_of`` other than 1 are
+    refused: ltrr answers one question per request, in words."""
+    if not isinstance(body, dict):
+        raise _Reject(400, "the request body must be a JSON object")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        raise _Reject(400, "prompt must be one string (a question): ltrr answers one question per request, "
+                           "and token ids are not read", param="prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise _Reject(400, "prompt must be a non-empty string: the question", param="prompt")
+    if len(prompt) > settings.max_message_chars:
+        raise _Reject(400, f"prompt is longer than {settings.max_message_chars} characters", param="prompt")
+    for key in ("echo", "suffix"):
+        if body.get(key):
+            raise _Reject(400, f"{key} is not supported by ltrr's server", param=key)
+    best_of = body.get("best_of")
+    if best_of is not None and (isinstance(best_of, bool) or best_of != 1):
+        raise _Reject(400, f"best_of must be 1: ltrr answers each request once (got {best_of!r})", param="best_of")
+    return prompt
 
 
 def _number(body: dict, key: str, low: float, high: float, *, low_open: bool = False) -> float | None:
@@ -248,10 +276,9 @@ def create_app(service, settings: "ServeSettings | None" = None):
             question = _question(body, settings)
         return await _route(body, question)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body = await _body(request)
-        question = _question(body, settings)
+    async def _complete(body: dict, question: str, chat: bool):
+        """Route, answer and reply as a chat completion (``chat``) or a text completion, whole or
+        as server-sent events."""
         decoding = _decoding(body, settings)
         t0 = time.perf_counter()
         routed = await _route(body, question)
@@ -262,29 +289,50 @@ def create_app(service, settings: "ServeSettings | None" = None):
         except Exception:
             logger.exception("generation failed")
             raise _Reject(500, "generation failed", "server_error") from None
-        cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        cid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        created, finish = int(time.time()), out.get("finish_reason", "stop")
         extra = {**routed, "queue_wait_s": round(waited, 4), "seconds": round(time.perf_counter() - t0, 4)}
+        head = {"id": cid, "created": created, "model": routed["model"]}
         if not body.get("stream"):
-            return JSONResponse({"id": cid, "object": "chat.completion", "created": created, "model": routed["model"],
-                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"]},
-                                              "finish_reason": out.get("finish_reason", "stop")}],
-                                 "usage": out["usage"], "ltrr": extra})
+            choice = ({"index": 0, "message": {"role": "assistant", "content": out["text"]}, "finish_reason": finish}
+                      if chat else {"index": 0, "text": out["text"], "logprobs": None, "finish_reason": finish})
+            return JSONResponse({**head, "object": "chat.completion" if chat else "text_completion",
+                                 "choices": [choice], "usage": out["usage"], "ltrr": extra})
 
-        def chunk(delta: dict, finish: str | None = None, **more) -> str:
-            doc = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": routed["model"],
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **more}
+        def chunk(piece: str | None, finish: str | None = None, **more) -> str:
+            if chat:
+                delta = {} if piece is None else {"content": piece}
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+            doc = {**head, "object": "chat.completion.chunk" if chat else "text_completion",
+                   "choices": [choice], **more}
             return f"data: {json.dumps(doc)}\n\n"
 
         async def events():
-            # the backends answer whole (no token stream on CPU), so the answer is sent in word pieces
-            yield chunk({"role": "assistant", "content": ""})
+            # The answer exists whole before the first event: it comes from the generation cache
+            # or is generated, then passes the template's answer parser (and its fallback prompt
+            # when the first reply holds no answer), which need the finished text. So the stream
+            # carries that parsed answer in word pieces, not the model's raw tokens.
+            if chat:
+                yield f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': [{'index': 0, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}]})}\n\n"
             words = out["text"].split(" ")
             for i, w in enumerate(words):
-                yield chunk({"content": w if i == 0 else " " + w})
-            yield chunk({}, out.get("finish_reason", "stop"), usage=out["usage"], ltrr=extra)
+                yield chunk(w if i == 0 else " " + w)
+            yield chunk(None, finish, usage=out["usage"], ltrr=extra)
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await _body(request)
+        return await _complete(body, _question(body, settings), chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await _body(request)
+        return await _complete(body, _prompt(body, settings), chat=False)
 
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
