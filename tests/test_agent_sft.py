@@ -152,6 +152,27 @@ def test_sft_and_eval_end_to_end(project, capsys):
     assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "6"]) == 0
     again = json.loads((root / "ag" / "agent" / "eval-sft" / "eval.json").read_text())
     assert again["cache"]["misses"] == 0 and again["agent"] == doc["agent"]
+    # the snapshot `ltrr status` reads: gone once the eval ends, left stopped by an interrupted one
+    from ltrr.progress import describe_progress, read_progress
+
+    snapshot = root / "ag" / "stages" / "agent.progress.json"
+    assert not snapshot.exists()
+    import ltrr.agent.batching as batching
+
+    real = batching.rollout_many
+
+    def interrupted(jobs, *, batch=1, progress=None):
+        real(jobs[:2], batch=batch, progress=progress)
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batching, "rollout_many", interrupted)
+        assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "6"]) == 130  # Ctrl-C
+    snap = read_progress(snapshot)
+    assert (snap["state"], snap["done"], snap["total"], snap["phase"]) == ("stopped", 2, 6, "agent eval (eval-sft)")
+    assert describe_progress(snap)[1].startswith("agent eval (eval-sft) stopped at 2 of 6 items (33%)")
+    assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "6"]) == 0
+    assert not snapshot.exists()
     # --leave-out keeps a pool arm out of the prompt: never shown, never called, its own folder
     assert main(["agent", "eval", str(cfg), "--policy", str(policy), "--questions", "2", "--leave-out", "bm25-top1"]) == 0
     gone = root / "ag" / "agent" / "eval-sft-without-bm25-top1"

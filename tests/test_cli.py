@@ -116,7 +116,7 @@ def test_status_follows_a_labelling_from_its_progress_snapshot(env, capsys):
     from ltrr.config import load_config
     from ltrr.pipeline import Run
     from ltrr.pipeline.labels import label_fingerprint
-    from ltrr.pipeline.progress import StageProgress, progress_path
+    from ltrr.progress import StageProgress, progress_path
 
     cfg, _ = _tiny(env)
     assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
@@ -148,6 +148,16 @@ def test_status_follows_a_labelling_from_its_progress_snapshot(env, capsys):
     cfg.write_text(cfg.read_text() + '\n[labels]\nmetric = "em"\n')
     assert main(["status", str(cfg), "--json"]) == 0
     assert states()["label"] == ("to run", "never ran")  # the snapshot measured other inputs
+    # the agent stage checks its own inputs when it runs: its eval's snapshot names its folder
+    cfg.write_text(cfg.read_text() + '[agent]\nenabled = true\n')
+    agent = progress_path(run.stage_record("agent"))
+    with StageProgress(agent, fingerprint="eval-sft", phase="agent eval (eval-sft)", total=150, every_s=0) as p:
+        p.update(15)
+        assert main(["status", str(cfg), "--json"]) == 0
+        state, detail = states()["agent"]
+        assert state == "running" and detail.startswith("agent eval (eval-sft) running: 15 of 150 items (10%)")
+    assert main(["status", str(cfg), "--json"]) == 0
+    assert states()["agent"][0] == "waits"  # on the labelling, once the eval is over
 
 
 def test_a_closed_stdout_pipe_ends_the_command_quietly(env):

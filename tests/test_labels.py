@@ -235,7 +235,7 @@ def test_sigkill_then_resume_is_byte_identical(tmp_path):
     status = _ltrr("status", str(killed), "--json", env=env)  # how far it got, from another process
     label = {r["stage"]: r for r in json.loads(status.stdout)}["label"]
     assert label["state"] == "to run" and label["detail"].startswith("label stopped at ")
-    assert "(its process is gone); `ltrr run` resumes it from the generation cache" in label["detail"]
+    assert "(its process is gone); running it again resumes it from the generation cache" in label["detail"]
 
     from ltrr.generation.cache import GenerationCache
 

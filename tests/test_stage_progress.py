@@ -1,4 +1,4 @@
-"""A long stage's progress snapshot (`ltrr.pipeline.progress`) and how ``ltrr status`` words it."""
+"""A long stage's progress snapshot (`ltrr.progress`) and how ``ltrr status`` words it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ltrr.pipeline.progress import StageProgress, describe_progress, progress_path, read_progress
+from ltrr.progress import StageProgress, describe_progress, progress_path, read_progress
 
 
 class Clock:
@@ -48,7 +48,7 @@ def test_an_interrupted_stage_leaves_a_stopped_snapshot_and_its_exception_goes_o
     state, line = describe_progress(snap, "fp", now=clock)
     assert state == "stopped"
     assert line == ("label stopped at 3 of 8 items (38%) 2.0 h ago (KeyboardInterrupt); "
-                    "`ltrr run` resumes it from the generation cache")
+                    "running it again resumes it from the generation cache")
 
 
 def test_the_rate_is_the_recent_one_so_a_resumed_run_s_cache_hits_do_not_promise_too_much(tmp_path):
@@ -79,7 +79,7 @@ def test_a_snapshot_of_other_inputs_or_a_gone_process_is_not_running():
     dead = {**doc, "pid": int(gone.stdout)}  # SIGKILL leaves "running" behind; the process says otherwise
     assert describe_progress(dead, "fp", now=lambda: 120.0) == (
         "stopped", "label stopped at 5 of 10 items (50%) 2 min ago (its process is gone); "
-                   "`ltrr run` resumes it from the generation cache")
+                   "running it again resumes it from the generation cache")
     elsewhere = {**doc, "host": "another-machine", "items_per_s": 0.5}
     assert describe_progress(elsewhere, "fp", now=lambda: 0.0) == (
         "running", "label running: 5 of 10 items (50%), about 10 s left (on another-machine, updated 0 s ago)")

@@ -172,6 +172,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     )
     from ltrr.agent.trajectory import save_trajectories, score_trajectories
     from ltrr.eval.stats import paired_wilcoxon
+    from ltrr.progress import StageProgress, progress_path
 
     acfg = run.config.agent
     # the LTRR baseline reads the run's feature tables after the rollouts: fail before them, not
@@ -196,10 +197,17 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         loops = [loop.with_view(draw_view(loop.arm_names, seed=run.config.seed, key=(2, i), rename_share=1.0))
                  for i in range(len(qids))]
     normaliser = design_normaliser(run, lm, labels, design)
+    name = Path(str(policy or acfg.policy)).name if (policy or acfg.policy) else "base"
+    out = agent_dir(run) / (f"eval-{name}{'-holdout' if holdout and held else ''}"
+                            + "".join(f"-without-{a}" for a in leave_out) + ("-neutral-ids" if neutral_ids else ""))
     t0 = time.perf_counter()
-    with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar:
+    # the snapshot `ltrr status` reads from another terminal (`ltrr.progress`); the rollouts resume
+    # from the generation cache, where each finished continuation is kept
+    snapshot = StageProgress(progress_path(run.stage_record("agent")), fingerprint=out.name,
+                             phase=f"agent eval ({out.name})", total=len(qids))
+    with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar, snapshot:
         trajs = rollout_many([(lp, str(queries.loc[q, "question"]), q, None) for lp, q in zip(loops, qids, strict=True)],
-                             batch=acfg.rollout_batch, progress=bar.update)
+                             batch=acfg.rollout_batch, progress=lambda n=1: (bar.update(n), snapshot.update(n)))
     raise_on_model_errors(trajs, "agent eval")
     seconds = time.perf_counter() - t0
     score_trajectories(trajs, gold, arm_costs=run.pool.costs, normaliser=normaliser, alpha=acfg.alpha,
@@ -271,9 +279,6 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
         if is_mh.any() else None,
         "tests": tests, "questions": qids,
     }
-    name = Path(str(policy or acfg.policy)).name if (policy or acfg.policy) else "base"
-    out = agent_dir(run) / (f"eval-{name}{'-holdout' if holdout and held else ''}"
-                            + "".join(f"-without-{a}" for a in leave_out) + ("-neutral-ids" if neutral_ids else ""))
     out.mkdir(parents=True, exist_ok=True)
     save_trajectories(trajs, out / "trajectories.jsonl")
     write_text_atomic(out / "eval.json", json.dumps(doc, indent=1, default=float) + "\n")

@@ -30,11 +30,11 @@ def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, tem
                          params=template.default_params(max_new_tokens=gcfg.max_new_tokens), **kwargs)
 
 def _progress(run: RunContext, fingerprint: str, phase: str, total: int, *, whole: bool):
-    """The label stage's progress snapshot for ``ltrr status`` (`ltrr.pipeline.progress`); none for
+    """The label stage's progress snapshot for ``ltrr status`` (`ltrr.progress`); none for
     a shard or a Dask task (they only fill the cache, many at once)."""
     import contextlib
 
-    from ltrr.pipeline.progress import StageProgress, progress_path
+    from ltrr.progress import StageProgress, progress_path
 
     if not whole:
         return contextlib.nullcontext(None)

@@ -136,7 +136,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
 
     - ``up to date``: `ltrr run` would skip it (`Stage.is_fresh`);
     - ``to run``: never run, an output is missing, or its inputs changed since its record (a long
-      stage stopped part way says how far it got, `ltrr.pipeline.progress`);
+      stage stopped part way says how far it got, `ltrr.progress`);
     - ``running``: a long stage (the labelling) is running now, with how far it got and about how
       long is left (its progress snapshot);
     - ``waits``: an earlier stage whose record its inputs name is to run (`Run.records_read`),
@@ -150,7 +150,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     Fingerprints only hash what the stages read (the queries, the records); nothing is computed.
     """
     from ltrr._errors import LtrrError
-    from ltrr.pipeline.progress import describe_progress, progress_path, read_progress
+    from ltrr.progress import describe_progress, progress_path, read_progress
 
     rows: list[dict[str, str]] = []
     todo: list[str] = []  # the stages `ltrr run` would run, in order
@@ -162,12 +162,18 @@ def stage_status(run: Run) -> list[dict[str, str]]:
         missing = [str(p) for p in stage.outputs(run) if not p.exists()]
         record = run.stage_record(stage.record_name(run))
         built = [t for t in todo if t in ("data", "index")]
+        # the snapshot of a long stage checking its own inputs (the agent's eval names its folder)
+        own = describe_progress(read_progress(progress_path(record))) if stage.inputs is None else None
         if name in ("data", "index"):
             state, detail = ("built", str(stage.outputs(run)[0])) if not missing else ("to build", f"no {missing[0]}")
+        elif stage.inputs is None and own is not None and own[0] == "running":  # whatever the stages before say
+            state, detail = own
         elif built or (stage.inputs is None and todo):
             state, detail = "waits", f"on {(built or todo)[0]}"
         elif stage.inputs is None:  # context, agent, headline: they check their inputs when they run
             state, detail = ("written", str(stage.outputs(run)[0])) if not missing else ("to run", f"no {missing[0]}")
+            if own is not None and state == "to run":  # stopped part way: how far it got
+                detail = own[1]
         else:
             fp = None
             with run.records_read() as reads:

@@ -5,7 +5,7 @@ small JSON snapshot beside the stage's record (``stages/<stage>.progress.json``)
 at most every few seconds: the phase, items done of total, the recent rate, the process and host.
 It is removed when the stage finishes; after a crash or Ctrl-C it stays, marked stopped, and
 `describe_progress` words it for ``ltrr status``: running (how long is left at the recent rate)
-or stopped (the run resumes from the generation cache, so ``ltrr run`` continues from there).
+or stopped (the stage resumes from the generation cache, so running it again continues from there).
 
 A snapshot counts only when its ``fingerprint`` is the stage's current one: progress towards
 other inputs is not progress towards these.
@@ -159,7 +159,7 @@ def describe_progress(doc: dict | None, fingerprint: str | None = None, *,
     >>> doc = {"fingerprint": "fp", "phase": "label", "state": "stopped", "done": 250, "total": 1000,
     ...        "updated": 0.0, "host": "elsewhere", "reason": "KeyboardInterrupt"}
     >>> describe_progress(doc, "fp", now=lambda: 7200.0)[1]
-    'label stopped at 250 of 1,000 items (25%) 2.0 h ago (KeyboardInterrupt); `ltrr run` resumes it from the generation cache'
+    'label stopped at 250 of 1,000 items (25%) 2.0 h ago (KeyboardInterrupt); running it again resumes it from the generation cache'
     >>> describe_progress(doc, "other") is None
     True
     """
@@ -176,4 +176,4 @@ def describe_progress(doc: dict | None, fingerprint: str | None = None, *,
         return "running", f"{doc.get('phase', 'stage')} running: {counted}{left} ({where}, updated {ago} ago)"
     why = f" ({doc['reason']})" if doc.get("reason") else " (its process is gone)" if alive is False else ""
     return "stopped", (f"{doc.get('phase', 'stage')} stopped at {counted} {ago} ago{why}; "
-            "`ltrr run` resumes it from the generation cache")
+            "running it again resumes it from the generation cache")
