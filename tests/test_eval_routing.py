@@ -317,6 +317,21 @@ def test_evaluate_splits_pools_folds_and_breaks_down_by_type():
         evaluate_splits(U, splits, {}, costs=COSTS, no_retrieval="none")
 
 
+def test_a_significant_test_whose_ranks_and_mean_disagree_is_marked_apart():
+    """▲ / ▼ say significantly better / worse: only when the Wilcoxon's signed ranks and the mean
+    difference take the same side. 30 small gains and 3 large losses reject (p = 0.00027) for
+    the router's side while its mean is lower: ◇, not ▼ (and not ▲)."""
+    from ltrr.eval.report import SPLIT, _mark
+
+    row = {"significant": True, "mean_utility": 0.4636, "best_single_utility": 0.5455, "direction": 1}
+    assert _mark(row) == f" {SPLIT}"
+    assert _mark({**row, "direction": -1}) == f" {WORSE}"
+    assert _mark({**row, "mean_utility": 0.6}) == f" {BETTER}"
+    assert _mark({**row, "mean_utility": 0.6, "direction": -1}) == f" {SPLIT}"
+    assert _mark({**row, "significant": False}) == ""
+    assert _mark({k: v for k, v in row.items() if k != "direction"}) == f" {WORSE}"  # a table from before
+
+
 def test_reports_mark_significance_and_write_files(tmp_path):
     queries, U = _dataset(60)
     splits = make_splits(queries, ["balanced", "kfold"], n_folds=3, random_state=1)

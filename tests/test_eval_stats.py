@@ -127,6 +127,30 @@ def test_paired_wilcoxon_all_zero_differences_is_p_one():
     assert (res.statistic, res.pvalue, res.n_nonzero) == (0.0, 1.0, 0)
 
 
+def test_paired_wilcoxon_counts_float_noise_as_a_tie():
+    """0.1 + 0.2 against 0.3: equal in meaning, 5.6e-17 apart in floats; the improved / degraded
+    counts call them equal (1e-9), so the test does too (it ranked 20 such pairs to p = 7.7e-6)."""
+    assert sps.wilcoxon(np.full(20, 0.3), np.full(20, 0.1 + 0.2)).pvalue < 1e-5  # what scipy alone says
+    res = paired_wilcoxon(np.full(20, 0.3), np.full(20, 0.1 + 0.2))
+    assert (res.statistic, res.pvalue, res.n_nonzero, res.direction) == (0.0, 1.0, 0, 0)
+    a = np.array([0.3, 0.5, 0.9, 0.2, 0.7, 0.1, 0.6])
+    b = np.array([0.1 + 0.2, 0.4, 0.3, 0.1, 0.2, 0.3, 0.0])
+    snapped = a - b
+    snapped[0] = 0.0
+    assert paired_wilcoxon(a, b).pvalue == sps.wilcoxon(snapped).pvalue and paired_wilcoxon(a, b).n_nonzero == 6
+
+
+@pytest.mark.parametrize("zero_method", ["wilcox", "pratt", "zsplit"])
+def test_paired_wilcoxon_says_which_side_its_ranks_favour(zero_method):
+    """30 gains of 0.01 and 3 losses of 1.0: the ranks favour ``a`` (R+ 465 > R- 96) while the
+    mean favours ``b``; ``direction`` is the ranks' side, so a report can tell them apart."""
+    a, b = np.array([0.01] * 30 + [-1.0] * 3 + [0.0] * 2), np.zeros(35)
+    res = paired_wilcoxon(a, b, zero_method=zero_method)
+    assert res.direction == 1 and res.pvalue < 0.01 and a.mean() < b.mean()
+    assert paired_wilcoxon(b, a, zero_method=zero_method).direction == -1
+    assert paired_wilcoxon([1.0, 0.0], [0.0, 1.0]).direction == 0  # balanced ranks
+
+
 def test_paired_wilcoxon_rejects_unpaired():
     with pytest.raises(DataError, match="equal lengths"):
         paired_wilcoxon([1.0, 2.0], [1.0])

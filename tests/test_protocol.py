@@ -69,6 +69,32 @@ def test_power_analysis_is_the_normal_approximation():
         power_analysis(d, 1)
 
 
+def test_a_failed_query_moves_no_query_between_design_and_test():
+    """The full protocol partitions every query, as the design-only preregistration does, and
+    leaves the queries without complete labels out of their part afterwards: a failure in the
+    test part moves no design query into it (it moved 6 of 140 before)."""
+    from types import SimpleNamespace
+
+    from ltrr.eval.headline import _complete_partition
+
+    queries = pd.DataFrame({"qid": [f"q{i:03d}" for i in range(200)], "qtype": ["a", "b"] * 100})
+    said = []
+    run = SimpleNamespace(dataset=SimpleNamespace(queries=queries), log=said.append)
+    full = design_test_partition(queries, random_state=0)
+    failed = {full.test[0], full.train[0]}
+    U = pd.DataFrame({"x": 1.0}, index=[q for q in queries["qid"] if q not in failed])
+    kept, part = _complete_partition(run, U, design_size=0.7, seed=0)
+    assert part.train == tuple(q for q in full.train if q not in failed)
+    assert part.test == tuple(q for q in full.test if q not in failed)
+    assert list(kept["qid"]) == list(U.index) and said == [
+        "[protocol] left out for incomplete labels (failed items): 1 design and 1 test queries; "
+        "the partition is the one over every query"]
+    every, same = _complete_partition(run, pd.DataFrame({"x": 1.0}, index=queries["qid"]), design_size=0.7, seed=0)
+    assert (same.train, same.test) == (full.train, full.test) and len(said) == 1  # nothing failed: nothing said
+    with pytest.raises(DataError, match="no test query has complete labels"):
+        _complete_partition(run, U.loc[list(full.train[1:])], design_size=0.7, seed=0)
+
+
 def test_noise_corrected_headroom_chooses_on_a_and_scores_on_b():
     idx = ["q1", "q2", "q3", "q4"]
     A = pd.DataFrame({"x": [1, 0, 0, 1], "y": [0, 1, 0, 0]}, index=idx, dtype=float)
@@ -79,6 +105,12 @@ def test_noise_corrected_headroom_chooses_on_a_and_scores_on_b():
     assert r["headroom_raw"] == 0.5 and r["headroom_corrected"] == -0.25
     with pytest.raises(DataError, match="not an arm"):
         noise_corrected_headroom(A, B, "z")
+    holey = A.copy()
+    holey.loc["q1", "y"] = np.nan  # argmax took a NaN for the best arm
+    with pytest.raises(DataError, match="1 queries have a missing utility"):
+        noise_corrected_headroom(holey, B, "x")
+    with pytest.raises(DataError, match="replicate B have a missing utility"):
+        noise_corrected_headroom(A, holey, "x")
 
 
 def test_protocol_candidates_and_bad_router_specs():

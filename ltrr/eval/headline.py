@@ -2,7 +2,9 @@
 
 `run_protocol` carries out the protocol of `ltrr.eval.protocol` on a labelled run:
 
-1. partition the labelled queries into design and test parts (by group, seeded);
+1. partition the queries into design and test parts (by group, seeded), over every query of
+   the dataset, then leave out those without complete labels (a failed item), so that a
+   failure moves no query between the parts;
 2. on the design part, by grouped k-fold cross-validation, choose one router among the
    candidate (ranker, training label) pairs by its pooled mean utility, and the best single arm
    as the arm with the best mean utility on the whole design part;
@@ -228,8 +230,7 @@ def run_protocol(
             return old
     U = utility_matrix(labels)
     nr = run.no_retrieval_arms()[0]
-    queries = run.dataset.queries[run.dataset.queries["qid"].isin(U.index)].reset_index(drop=True)
-    part = design_test_partition(queries, design_size=design_size, random_state=seed)
+    queries, part = _complete_partition(run, U, design_size=design_size, seed=seed)
     prereg, unfitted, lab_idx = _preregister(
         run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed, rankers=rankers,
         train_labels=train_labels, feature_sets=feature_sets, n_folds=n_folds, routers=routers, n_jobs=n_jobs)
@@ -281,6 +282,30 @@ def run_protocol(
     doc = {"preregistration": prereg, "headline": result, "secondary": secondary, "inputs": inputs}
     write_text_atomic(out_dir / "headline.json", json.dumps(doc, indent=2, default=float) + "\n")
     return doc
+
+
+def _complete_partition(run, U: pd.DataFrame, *, design_size: float, seed: int):
+    """(the queries with complete labels, their design/test partition).
+
+    The partition is made over every query of the dataset, as the design-only preregistration
+    makes it, and the queries without complete labels (a failed item) are then left out of
+    their part: a failure moves no query between the parts, so the test part stays the one the
+    preregistration promised, minus the failed queries (the log says how many of each part)."""
+    from ltrr.eval.splits import Split
+
+    every = run.dataset.queries.reset_index(drop=True)
+    full = design_test_partition(every, design_size=design_size, random_state=seed)
+    complete = set(map(str, U.index))
+    design = tuple(q for q in full.train if q in complete)
+    test = tuple(q for q in full.test if q in complete)
+    if len(design) + len(test) < full.n_train + full.n_test:
+        run.log(f"[protocol] left out for incomplete labels (failed items): {full.n_train - len(design)} design "
+                f"and {full.n_test - len(test)} test queries; the partition is the one over every query")
+    if not design or not test:
+        raise DataError(f"protocol: no {'design' if not design else 'test'} query has complete labels; "
+                        "label them first (ltrr label)")
+    queries = every[every["qid"].astype(str).isin(complete)].reset_index(drop=True)
+    return queries, Split(name=full.name, family=full.family, train=design, test=test)
 
 
 def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, seed, rankers, train_labels,

@@ -163,8 +163,13 @@ def power_analysis(
 
 def oracle_choice(A: np.ndarray, arms: list[str], best_single: str) -> np.ndarray:
     """The column of each row's best arm in ``A`` (queries x arms); ties go to the best single
-    arm, then to the arm with the higher mean."""
-    order = sorted(range(len(arms)), key=lambda j: (arms[j] != best_single, -np.nanmean(A[:, j])))
+    arm, then to the arm with the higher mean. A missing utility (NaN) is a `DataError`: argmax
+    would take it for the best."""
+    A = np.asarray(A, dtype=float)
+    if np.isnan(A).any():
+        raise DataError(f"oracle_choice: {int(np.isnan(A).any(axis=1).sum())} queries have a missing utility (NaN); "
+                        "give complete label matrices (ltrr.eval.routing.utility_matrix keeps complete queries only)")
+    order = sorted(range(len(arms)), key=lambda j: (arms[j] != best_single, -A[:, j].mean()))
     return np.array(order)[np.argmax(A[:, order], axis=1)]
 
 
@@ -193,6 +198,9 @@ def noise_corrected_headroom(
         raise DataError("the two replicates share no query")
     A = U_a.loc[common, arms].to_numpy(dtype=float)
     B = U_b.loc[common, arms].to_numpy(dtype=float)
+    if np.isnan(B).any():
+        raise DataError(f"noise_corrected_headroom: {int(np.isnan(B).any(axis=1).sum())} queries of replicate B have a "
+                        "missing utility (NaN); give complete label matrices (utility_matrix)")
     pick = oracle_choice(A, arms, best_single)
     b = B[:, arms.index(best_single)]
     corrected = B[np.arange(len(common)), pick]

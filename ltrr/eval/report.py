@@ -3,7 +3,8 @@
 Rows are routers (plus two reference rows, the best single arm chosen on train and the oracle),
 columns are splits. The main table shows mean downstream utility with its 95% bootstrap CI,
 marked ▲ / ▼ where the router is significantly better / worse than the best single arm (paired
-Wilcoxon, corrected across the routers of the split). Companion tables: headroom captured
+Wilcoxon, corrected across the routers of the split; ◇ where the test rejects but its signed
+ranks and the mean difference take opposite sides). Companion tables: headroom captured
 (with the noise floor as the last row), corrected p-values, improved/degraded query counts,
 ranking quality (Kendall tau, P@1, nDCG@k), retrieval necessity and cost, and a per-type
 breakdown. The folds of a k-fold family appear only through their pooled column.
@@ -38,11 +39,14 @@ __all__ = [
     "report_markdown",
     "write_report",
     "BETTER",
+    "SPLIT",
     "WORSE",
 ]
 
 BETTER = "▲"
 WORSE = "▼"
+#: Significant, but the signed ranks and the mean difference take opposite sides.
+SPLIT = "◇"
 BEST_SINGLE_ROW = "best single arm (train)"
 ORACLE_ROW = "oracle"
 
@@ -103,9 +107,19 @@ def _grid(table: pd.DataFrame, cell, splits: Sequence[str] | None) -> pd.DataFra
 
 
 def _mark(r) -> str:
+    """▲ / ▼ when the test is significant and the signed ranks and the mean agree on the side;
+    ◇ when they disagree (the test rejects, but for the side the mean does not take)."""
     if not bool(r["significant"]):
         return ""
-    return f" {BETTER}" if r["mean_utility"] > r["best_single_utility"] else f" {WORSE}"
+    up, down = r["mean_utility"] > r["best_single_utility"], r["mean_utility"] < r["best_single_utility"]
+    side = r.get("direction")
+    if side is None or (isinstance(side, float) and math.isnan(side)):  # a table from before the column
+        side = 1 if up else -1
+    if side > 0 and up:
+        return f" {BETTER}"
+    if side < 0 and down:
+        return f" {WORSE}"
+    return f" {SPLIT}"
 
 
 def utility_table(
@@ -314,7 +328,9 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         "",
         f"{BETTER} / {WORSE}: significantly better / worse than the best single arm chosen on the "
         f"training queries (paired two-sided Wilcoxon signed-rank test, {corr} correction across "
-        f"the routers of each split, alpha = {alpha}).",
+        f"the routers of each split, alpha = {alpha}). {SPLIT}: the test rejects, but its signed "
+        "ranks and the mean difference take opposite sides (many small gains against a few large "
+        "losses, or the reverse): read the improved / degraded counts.",
         "",
         "## Oracle headroom captured",
         "",
@@ -322,8 +338,10 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         "",
         "(router - best single) / (oracle - best single) on the test queries: 100% is the oracle, "
         "0% the best single arm, n/a when the oracle equals the best single arm. The noise floor "
-        "is the share of the headroom that generator noise alone produces (the reference arm's "
-        "passages in another order); a router below it is indistinguishable from noise.",
+        "is the mean per-query change that generator noise alone makes (the reference arm's "
+        "passages in another order), as a share of the headroom: a scale of how noisy one query's "
+        "label is, not a test (noise in a mean shrinks with the number of queries; the p-values "
+        "below are the test).",
         "",
         f"## p-values vs the best single arm ({corr}-corrected)",
         "",

@@ -19,7 +19,9 @@ Metrics (one row per split and router, see `evaluate_router`)
   negative when the router does worse than it, and NaN when the oracle equals the best single
   arm (there is no headroom to capture). It is reported beside ``noise_floor``, the share of
   the headroom that generator noise alone produces (``noise_floor.share_of_headroom`` of the
-  labels summary); a router that captures less than that is indistinguishable from noise;
+  labels summary): the mean per-query change that noise alone makes, as a share of the
+  headroom. It is a scale of one query's label noise, not a test (noise in a mean shrinks as
+  1/sqrt(n); ``above_noise_floor`` only compares the two shares);
 - a paired two-sided Wilcoxon test of per-query utility against the best single arm, with a
   Bonferroni (or Holm) correction across the routers compared in one split
   (`evaluate_routers`), and the counts of test queries improved / degraded / equal;

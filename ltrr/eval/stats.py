@@ -10,8 +10,13 @@ a constant ranking) and one documented choice per function:
   samples of 0/1 utilities; it is also what ``ltrr.labels.summarise`` reports, so label and
   evaluation CIs agree.
 - `paired_wilcoxon`: two-sided Wilcoxon signed-rank test (``scipy.stats.wilcoxon``, zero
-  differences dropped, the ``"wilcox"`` method, as PyTerrier does). When every difference is zero
-  the test has nothing to rank: the result is p = 1.0, statistic 0.0.
+  differences dropped, the ``"wilcox"`` method, as PyTerrier does). A difference within 1e-9 is
+  zero, as the improved / degraded / equal counts count it (two utilities equal in meaning but
+  summed in another order differ by float noise, which a rank test would otherwise rank). When
+  every difference is zero the test has nothing to rank: the result is p = 1.0, statistic 0.0.
+  It also says which way the signed ranks lean (``direction``): a rank test can reject while the
+  mean difference points the other way (many small gains against a few large losses), and the
+  tables mark such a result apart.
 - `correct_pvalues`: Bonferroni and Holm family-wise corrections.
 - `kendall_tau`: Kendall's tau-b (``scipy.stats.kendalltau``); NaN when either ranking is
   constant.
@@ -57,11 +62,14 @@ class CI(NamedTuple):
 
 
 class WilcoxonResult(NamedTuple):
-    """Result of `paired_wilcoxon`: statistic, two-sided p-value, number of non-zero pairs."""
+    """Result of `paired_wilcoxon`: statistic, two-sided p-value, number of non-zero pairs, and
+    the side the signed ranks favour (+1: ``a``, the positive rank sum is larger; -1: ``b``; 0:
+    balanced or no difference)."""
 
     statistic: float
     pvalue: float
     n_nonzero: int
+    direction: int = 0
 
 
 def _rng(random_state) -> np.random.Generator:
@@ -189,30 +197,41 @@ def paired_bootstrap_ci(
     )
 
 
-def paired_wilcoxon(a, b, *, zero_method: str = "wilcox") -> WilcoxonResult:
+def paired_wilcoxon(a, b, *, zero_method: str = "wilcox", atol: float = 1e-9) -> WilcoxonResult:
     """Two-sided Wilcoxon signed-rank test of the paired samples ``a`` and ``b``.
 
-    Equal to ``scipy.stats.wilcoxon(a, b, zero_method=zero_method)``, except that when every
-    difference is zero (nothing to rank; scipy warns and divides by zero) the result is
-    statistic 0.0 and p = 1.0: no evidence of a difference.
+    Equal to ``scipy.stats.wilcoxon(a - b, zero_method=zero_method)`` once the differences
+    within ``atol`` are set to zero (ties, as `ltrr.eval.routing` counts them), except that when
+    every difference is zero (nothing to rank; scipy warns and divides by zero) the result is
+    statistic 0.0 and p = 1.0: no evidence of a difference. ``direction`` is the sign of the
+    positive minus the negative rank sum, ranked as ``zero_method`` ranks.
 
     Examples
     --------
     >>> paired_wilcoxon([1, 2, 3], [1, 2, 3]).pvalue
     1.0
+    >>> paired_wilcoxon([0.3] * 20, [0.1 + 0.2] * 20)  # float noise is no difference
+    WilcoxonResult(statistic=0.0, pvalue=1.0, n_nonzero=0, direction=0)
+    >>> w = paired_wilcoxon([0.01] * 30 + [-1.0] * 3, [0.0] * 33)  # ranks and mean disagree
+    >>> round(w.pvalue, 6), w.direction, 0.01 * 30 - 3 < 0
+    (0.000273, 1, True)
     """
-    from scipy.stats import wilcoxon
+    from scipy.stats import rankdata, wilcoxon
 
     x = _vector(a, "wilcoxon sample a")
     y = _vector(b, "wilcoxon sample b")
     if len(x) != len(y):
         raise DataError(f"paired samples must have equal lengths, got {len(x)} and {len(y)}")
     d = x - y
+    d[np.abs(d) <= atol] = 0.0
     nonzero = int(np.count_nonzero(d))
     if nonzero == 0:
-        return WilcoxonResult(0.0, 1.0, 0)
-    res = wilcoxon(x, y, zero_method=zero_method, alternative="two-sided")
-    return WilcoxonResult(float(res.statistic), float(res.pvalue), nonzero)
+        return WilcoxonResult(0.0, 1.0, 0, 0)
+    res = wilcoxon(d, zero_method=zero_method, alternative="two-sided")
+    ranked = d[d != 0] if zero_method == "wilcox" else d  # pratt and zsplit rank the zeros too
+    r = rankdata(np.abs(ranked))
+    direction = int(np.sign(r[ranked > 0].sum() - r[ranked < 0].sum()))
+    return WilcoxonResult(float(res.statistic), float(res.pvalue), nonzero, direction)
 
 
 def correct_pvalues(p, method: str = "bonferroni") -> np.ndarray:
