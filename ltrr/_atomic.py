@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pandas is imported by the caller that hands over a table
     import pandas as pd
 
 __all__ = [
+    "plain_json",
     "sha256_file",
     "atomic_path",
     "write_bytes_atomic",
@@ -69,6 +70,43 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def plain_json(obj: Any, where: str) -> Any:
+    """``obj`` in plain JSON values, checked before a save touches its folder.
+
+    numpy scalars become Python numbers (``np.int64(5)`` -> 5), tuples lists and paths strings; a value JSON
+    cannot hold (a ``RandomState``, an object) is a `ConfigError` naming it and ``where``, so a
+    save that cannot finish fails before it removes or replaces any file.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> plain_json({"k": np.int64(5), "w": (1, 2)}, "KNNRouter params")
+    {'k': 5, 'w': [1, 2]}
+    >>> plain_json({"random_state": object()}, "params")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ltrr._errors.ConfigError: params: random_state=<object object at ...> cannot be saved as JSON; give a plain value (an int seed, a number, a string)
+    """
+    from ltrr._errors import ConfigError
+
+    def plain(x: Any, key: str) -> Any:
+        if isinstance(x, dict):
+            return {str(k): plain(v, str(k)) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v, key) for v in x]
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, os.PathLike):
+            return os.fspath(x)
+        item = getattr(x, "item", None)  # a numpy scalar (numpy is not imported here for it)
+        if callable(item) and type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:
+            return item()
+        raise ConfigError(f"{where}: {key}={x!r} cannot be saved as JSON; give a plain value "
+                          "(an int seed, a number, a string)")
+
+    return plain(obj, "value")
 
 
 def write_json_atomic(path: str | Path, obj: Any, **dumps: Any) -> Path:

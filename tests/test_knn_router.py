@@ -79,6 +79,12 @@ def test_knn_save_load_and_the_per_query_path_agree(tmp_path):
     assert [arm for arm, _ in loaded.route_query(q)] == one["arm"].tolist()
 
 
+def test_knn_params_of_numpy_types_save_as_numbers(tmp_path):
+    raw, labels = clustered(n_per=10)
+    router = KNNRouter(n_neighbors=np.int64(5)).fit(raw, labels)
+    assert KNNRouter.load(router.save(tmp_path / "knn")).n_neighbors == 5
+
+
 def test_router_specs():
     assert parse_router_spec("knn:n_neighbors=50, weights=similarity,prior_weight=0.5") == (
         "knn", {"n_neighbors": 50, "weights": "similarity", "prior_weight": 0.5})

@@ -383,6 +383,21 @@ def test_save_overwrites_a_previous_model(fitted, data, tmp_path):
     np.testing.assert_array_equal(back.predict(Xt), fitted["xgboost-listwise"].predict(Xt))
 
 
+def test_a_ranker_whose_params_json_cannot_hold_is_refused_before_its_folder_changes(fitted, data, tmp_path):
+    """random_state=RandomState(0) passes the ranker's checks but cannot be saved: one ConfigError,
+    and the model saved there before still loads (the old save removed ranker.json first)."""
+    from sklearn.base import clone
+
+    _, (Xt, _, _) = data
+    fitted["lambdamart-listwise"].save(tmp_path / "m")
+    bad = clone(fitted["lambdamart-listwise"]).set_params(random_state=np.random.RandomState(0))
+    (X, y, qid), _ = data
+    bad.fit(X, y, qid=qid)
+    with pytest.raises(ConfigError, match=r"random_state=RandomState\(MT19937\) at .* cannot be saved as JSON"):
+        bad.save(tmp_path / "m")
+    np.testing.assert_array_equal(BaseRanker.load(tmp_path / "m").predict(Xt), fitted["lambdamart-listwise"].predict(Xt))
+
+
 def test_dataframe_features_and_string_qids(small):
     import pandas as pd
 

@@ -88,6 +88,21 @@ def test_reference_routers():
     assert {"oracle", "best-single", "random", "no-retrieval", "ltrr", "maxsim"} <= set(routers.names())
 
 
+def test_reference_routers_read_integer_qids_and_break_ties_in_pool_order():
+    """A user's labels with integer qids route as their string form (the oracle scored every arm
+    NaN and chose the first); the best single arm's tie goes to the pool's first arm, not the
+    alphabetically first (the pivot sorted the arms)."""
+    from types import SimpleNamespace
+
+    table = pd.DataFrame({"qid": ["1", "1", "2", "2"], "arm": ["zeta", "alpha"] * 2})
+    raw = SimpleNamespace(table=table, arms=["zeta", "alpha"])
+    labels = pd.DataFrame({"qid": [1, 1, 2, 2], "arm": ["zeta", "alpha"] * 2, "utility": [1.0, 0.0, 0.0, 1.0]})
+    assert dict(OracleRouter().fit(raw, labels).choose(raw)) == {"1": "zeta", "2": "alpha"}
+    best = BestSingleRouter().fit(raw, labels)  # mean 0.5 each
+    assert best.arm_ == "zeta"
+    assert BestSingleRouter().fit(None, labels.iloc[::-1]).arm_ == "alpha"  # without raw: the labels' order
+
+
 def test_nan_labels_and_missing_pairs_are_errors():
     raw, labels = make(n_queries=10)
     bad = labels.copy()
@@ -163,6 +178,30 @@ def test_the_generator_of_the_labels_is_saved_loaded_and_answered_with(tmp_path,
     with pytest.raises(DataError, match="labelled_with: not a generator record"):
         fresh.save(tmp_path / "n", labelled_with={"template": "x"})
     assert not (tmp_path / "n").exists()  # checked before anything is written
+    refit = LTRRouter.load(tmp_path / "again").fit(raw, labels)  # new labels: the record was the old ones
+    assert refit.labelled_with_ is None and refit.answering_template() == "short_answer"
+    refit.save(tmp_path / "refit")
+    assert not (tmp_path / "refit" / "generator.json").exists()
+
+
+def test_a_save_that_cannot_finish_leaves_the_saved_router_as_it_was(tmp_path):
+    """numpy scalars in the params are saved as numbers; a parameter JSON cannot hold is one
+    ConfigError raised before any file of the folder is touched."""
+    import numpy as np
+
+    from ltrr._errors import ConfigError
+
+    raw, labels = make(n_queries=20)
+    router = LTRRouter(ranker="svm-pointwise", random_state=np.int64(3)).fit(raw, labels)
+    router.save(tmp_path / "m")
+    back = LTRRouter.load(tmp_path / "m")
+    assert back.random_state == 3 and type(back.random_state) is int  # default=str gave back '3'
+    before = {f: f.read_bytes() for f in sorted((tmp_path / "m").rglob("*")) if f.is_file()}
+    router.set_params(pool_config={"retrievers": object()})
+    with pytest.raises(ConfigError, match=r"LTRRouter params: retrievers=<object .*> cannot be saved as JSON"):
+        router.save(tmp_path / "m")
+    assert {f: f.read_bytes() for f in sorted((tmp_path / "m").rglob("*")) if f.is_file()} == before
+    pd.testing.assert_frame_equal(LTRRouter.load(tmp_path / "m").route_scores(raw), back.route_scores(raw))
 
 
 def test_router_trained_on_other_arms_refuses(tmp_path):

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ltrr._atomic import sha256_file, write_json_atomic
+from ltrr._atomic import plain_json, sha256_file, write_json_atomic
 from ltrr._cpu import one_blas_thread
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
@@ -341,6 +341,8 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise DataError(f"{path} is a file; save a feature pipeline into a folder")
+        params = plain_json({"pca_dim": self.pca_dim, "impute": self.impute, "svd_solver": self.svd_solver,
+                             "random_state": self.random_state}, "FeaturePipeline params")  # before any file moves
         path.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=".pipeline-", dir=path))
         try:
@@ -362,12 +364,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 "ltrr_version": __version__,
                 "raw_version": self.raw_version_,
                 "spec": self.spec_.to_dict(),
-                "params": {
-                    "pca_dim": self.pca_dim,
-                    "impute": self.impute,
-                    "svd_solver": self.svd_solver,
-                    "random_state": self.random_state,
-                },
+                "params": params,
                 "fitted": {
                     "length_mean": self.length_mean_,
                     "length_scale": self.length_scale_,

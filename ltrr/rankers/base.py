@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from ltrr._atomic import sha256_file, write_json_atomic
+from ltrr._atomic import plain_json, sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers._validation import RankerParameterError, check_qid
@@ -140,6 +140,7 @@ class BaseRanker(BaseEstimator):
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise DataError(f"{path} is a file; save a ranker into a folder")
+        params = plain_json(self.get_params(deep=False), f"{type(self).__name__} params")  # before any file moves
         path.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=".ranker-", dir=path))
         try:
@@ -166,7 +167,7 @@ class BaseRanker(BaseEstimator):
                 "class": type(self).__name__,
                 "ltrr_version": __version__,
                 "format_version": FORMAT_VERSION,
-                "params": _jsonable(self.get_params(deep=False)),
+                "params": params,
                 "fitted": fitted,
                 "state": state,
                 "files": files,
@@ -257,17 +258,6 @@ class BaseRanker(BaseEstimator):
     def _load(self, path: Path, state: dict[str, Any]) -> None:  # pragma: no cover - abstract
         """Restore fitted state written by ``_save`` (files are checksummed before this runs)."""
         raise NotImplementedError
-
-
-def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in params.items():
-        if isinstance(v, np.generic):
-            v = v.item()
-        if isinstance(v, tuple):
-            v = list(v)
-        out[k] = v
-    return out
 
 
 # ---- evaluation ----------------------------------------------------------------------------

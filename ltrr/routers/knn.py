@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import atomic_path, write_text_atomic
+from ltrr._atomic import atomic_path, plain_json, write_text_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.routers.reference import score_frame, utility_frame
@@ -181,14 +181,15 @@ class KNNRouter(Router):
             raise NotFittedError("KNNRouter is not fitted")
         from safetensors.numpy import save_file
 
+        meta = {"format": KNN_FORMAT, "router": "knn", "ltrr_version": __version__,
+                "params": plain_json(self.get_params(), "KNNRouter params"), "arms": self.arms_}
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        (path / "router.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
         with atomic_path(path / "knn.safetensors") as tmp:
             # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
             save_file({"embeddings": np.ascontiguousarray(self.embeddings_),
                        "utility": np.ascontiguousarray(self.utility_)}, str(tmp))
-        meta = {"format": KNN_FORMAT, "router": "knn", "ltrr_version": __version__,
-                "params": self.get_params(), "arms": self.arms_}
         write_text_atomic(path / "router.json", json.dumps(meta, indent=2, sort_keys=True))
         return path
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import write_json_atomic
+from ltrr._atomic import plain_json, write_json_atomic
 from ltrr._errors import DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers.tags import RankerTags, ranker_tags
@@ -134,8 +134,9 @@ class LTRRouter(Router):
         raw : RawFeatures
             Raw features of the training queries.
         labels : DataFrame
-            Long labels (qid, arm, ``label`` column, failed); failed or incomplete queries are
-            left out.
+            Long labels (qid, arm, ``label`` column, failed); a query with a failed item is left
+            out, and a (qid, arm) pair of the raw features that has no label row is a
+            `DataError` (a missing row is not a failure the labels recorded).
         texts : DataFrame, optional
             ``qid, arm, query_text, arm_text`` for the transformer rankers.
         """
@@ -170,6 +171,9 @@ class LTRRouter(Router):
         self.arms_ = list(raw.arms)
         self.no_retrieval_ = list(raw.no_retrieval)
         self.n_train_queries_ = len(keep)
+        # new labels: the generator a loaded router's labels were measured with is not theirs
+        # (`ltrr train` records the run's at save)
+        self.labelled_with_ = None
         return self
 
     def route_scores(self, raw: Any, *, texts: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -294,6 +298,16 @@ class LTRRouter(Router):
         labelled_with = labelled_with if labelled_with is not None else getattr(self, "labelled_with_", None)
         if labelled_with is not None:
             labelled_with = _generator_record(labelled_with, "labelled_with")
+        meta = {
+            "format": ROUTER_FORMAT,
+            "ltrr_version": __version__,
+            "params": plain_json(self.get_params(), "LTRRouter params"),  # before any file is touched
+            "feature_set": load_spec(self.features).to_dict(),
+            "feature_names": [str(n) for n in self.pipeline_.get_feature_names_out()],
+            "arms": self.arms_,
+            "no_retrieval": self.no_retrieval_,
+            "n_train_queries": self.n_train_queries_,
+        }
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "router.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
@@ -304,17 +318,7 @@ class LTRRouter(Router):
             self.labelled_with_ = labelled_with
         else:
             (path / GENERATOR_FILE).unlink(missing_ok=True)
-        meta = {
-            "format": ROUTER_FORMAT,
-            "ltrr_version": __version__,
-            "params": self.get_params(),
-            "feature_set": load_spec(self.features).to_dict(),
-            "feature_names": [str(n) for n in self.pipeline_.get_feature_names_out()],
-            "arms": self.arms_,
-            "no_retrieval": self.no_retrieval_,
-            "n_train_queries": self.n_train_queries_,
-        }
-        write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True, default=str)
+        write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True)
         return path
 
     @classmethod

@@ -15,17 +15,20 @@ import pandas as pd
 from sklearn.exceptions import NotFittedError
 
 from ltrr._errors import DataError
-from ltrr.routers.trainfree import Router, routers, routing_table
+from ltrr.routers.trainfree import Router, arm_order, routers, routing_table
 
 __all__ = ["score_frame", "OracleRouter", "BestSingleRouter", "RandomRouter", "NoRetrievalRouter", "utility_frame"]
 
 
 def utility_frame(labels: pd.DataFrame, value: str = "utility") -> pd.DataFrame:
-    """Labels (long: qid, arm, utility, failed) as a qid x arm matrix; failed items are NaN."""
+    """Labels (long: qid, arm, utility, failed) as a qid x arm matrix; failed items are NaN.
+
+    Query ids and arm names are strings, as `routing_table` gives them (integer qids of a
+    user's table would otherwise match no routed query)."""
     missing = [c for c in ("qid", "arm", value) if c not in labels.columns]
     if missing:
         raise DataError(f"labels table is missing column(s) {', '.join(missing)}")
-    lab = labels
+    lab = labels.assign(qid=labels["qid"].astype(str), arm=labels["arm"].astype(str))  # as routing tables name them
     if "failed" in lab.columns:
         lab = lab[~lab["failed"].astype(bool)]
     return lab.pivot(index="qid", columns="arm", values=value)
@@ -72,6 +75,9 @@ class BestSingleRouter(Router):
         means = utility_frame(labels).dropna().mean()
         if means.empty:
             raise DataError("the best-single router got no complete labelled query")
+        # ties go to the pool's order (raw.arms; without raw, the labels'), not the pivot's alphabetical one
+        order = arm_order(raw) if raw is not None else [str(a) for a in pd.unique(labels["arm"].astype(str))]
+        means = means.reindex([a for a in order if a in means.index] + [a for a in means.index if a not in order])
         self.arm_ = str(means.idxmax())
         self.means_ = means.to_dict()
         return self
