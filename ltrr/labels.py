@@ -287,14 +287,16 @@ def _ci(values: np.ndarray, seed: int, n_resamples: int = 1000) -> tuple[float, 
 def summarise(labels: pd.DataFrame, noise: pd.DataFrame | None, *, seed: int = 0) -> dict:
     """Per-arm mean utility with 95% CIs, best single arm, oracle, tie rate and noise floor."""
     ok = labels[~labels["failed"]]
-    wide = ok.pivot(index="qid", columns="arm", values="utility")
+    # every arm of the labels, one that failed on every query included: its queries are not complete
+    wide = ok.pivot(index="qid", columns="arm", values="utility").reindex(columns=list(pd.unique(labels["arm"])))
     complete = wide.dropna()
     arms = {}
     for arm in wide.columns:
         v = complete[arm].to_numpy(dtype=float)
         lo, hi = _ci(v, seed)
         arms[arm] = {"mean": float(v.mean()) if len(v) else float("nan"), "ci_low": lo, "ci_high": hi}
-    best = max(arms, key=lambda a: arms[a]["mean"]) if arms else None
+    measured = [a for a in arms if not np.isnan(arms[a]["mean"])]
+    best = max(measured, key=lambda a: arms[a]["mean"]) if measured else None
     oracle = float(complete.max(axis=1).mean()) if len(complete) else float("nan")
     per_q = labels.groupby("qid").agg(tie=("tie", "first"), failed=("failed", "any"))
     out = {

@@ -223,6 +223,16 @@ def test_a_model_without_a_chat_template_is_refused(tmp_path):
     w.close()
     with pytest.raises(ConfigError, match="has no chat template.*base model"):
         LlamaCppGenerator(path)
+    # with a chat_format it renders that way: another format is another identity (cache key)
+    chatml, llama2 = LlamaCppGenerator(path, chat_format="chatml"), LlamaCppGenerator(path, chat_format="llama-2")
+    assert chatml.identity.endswith(":fmt-chatml") and llama2.identity.endswith(":fmt-llama-2")
+    assert chatml.identity.rsplit(":", 1)[0] == llama2.identity.rsplit(":", 1)[0]
+
+
+def test_a_chat_format_the_file_s_template_overrides_is_no_part_of_the_identity(gen):
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+
+    assert LlamaCppGenerator("smollm2-135m", chat_format="chatml").identity == gen.identity
 
 
 # ------------------------------------------------------------------ packaged models

@@ -211,3 +211,19 @@ def test_backoff_jitter_is_seeded(server, monkeypatch):
     # Exponential: each wait lies in [0.5, 1] x 0.5 * 2**k.
     for k, w in enumerate(waits[0]):
         assert 0.25 * 2**k <= w <= 0.5 * 2**k
+
+
+def test_extra_body_is_part_of_the_identity_and_cannot_overwrite_the_decoding():
+    """extra_body's fields change the answers (top_k, a repetition penalty): cached apart; a field
+    ltrr sends itself from the decoding parameters would silently overwrite what the key says."""
+    from ltrr._errors import ConfigError
+    from ltrr.generation.openai_backend import OpenAIGenerator
+
+    plain = OpenAIGenerator("m", base_url="http://127.0.0.1:1/v1")
+    k1 = OpenAIGenerator("m", base_url="http://127.0.0.1:1/v1", extra_body={"top_k": 1})
+    k50 = OpenAIGenerator("m", base_url="http://127.0.0.1:1/v1", extra_body={"top_k": 50, "repetition_penalty": 1.3})
+    assert len({plain.identity, k1.identity, k50.identity}) == 3 and k1.identity.startswith(plain.identity + ":extra-")
+    assert OpenAIGenerator("m", base_url="http://127.0.0.1:1/v1", extra_body={"top_k": 1}).identity == k1.identity
+    for field in ("temperature", "seed", "top_p", "max_tokens", "messages"):
+        with pytest.raises(ConfigError, match=f"extra_body must not set {field}"):
+            OpenAIGenerator("m", extra_body={field: 1})

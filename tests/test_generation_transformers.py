@@ -159,6 +159,27 @@ def test_identity_is_a_content_hash_of_the_folder(tiny, tmp_path):
     _save_tiny_model(other, seed=1)
     assert TransformersGenerator(other).identity.split(":")[2] != ident.split(":")[2]
     assert TransformersGenerator(tiny, dtype="bfloat16").identity != ident
+    # chat_template true / false renders its own way: cached apart from "auto"'s
+    assert TransformersGenerator(tiny, chat_template=False).identity == ident + ":chat-off"
+    assert TransformersGenerator(tiny, chat_template=True).identity == ident + ":chat-on"
+
+
+def test_greedy_decoding_ignores_a_repetition_penalty_in_the_model_s_generation_config(tiny, tmp_path):
+    """DecodingParams say all there is: a folder's generation_config.json with a repetition
+    penalty (Qwen2.5-Instruct ships 1.05) leaves greedy decoding greedy, as in llama.cpp."""
+    import json
+    import shutil
+
+    penalised = tmp_path / "penalised"
+    shutil.copytree(tiny, penalised)
+    cfg = penalised / "generation_config.json"
+    doc = json.loads(cfg.read_text()) if cfg.exists() else {}
+    cfg.write_text(json.dumps({**doc, "repetition_penalty": 5.0, "top_k": 3}))
+    prompt = [[{"role": "user", "content": "alpha beta alpha beta alpha"}]]
+    params = DecodingParams(max_new_tokens=12)
+    plain = TransformersGenerator(tiny).generate(prompt, params)[0]
+    bent = TransformersGenerator(penalised).generate(prompt, params)[0]
+    assert bent.ok and bent.text == plain.text
 
 
 def test_bad_transformers_configs(tmp_path):

@@ -127,6 +127,18 @@ def test_failed_items_are_recorded_never_scored():
     raise_for_failures(s, tolerate=True)
 
 
+def test_an_arm_that_failed_on_every_query_leaves_no_query_complete():
+    """Its column is not dropped with its failed rows: no query has every arm, so none counts as
+    labelled, and the oracle is not taken over the other arms alone (it said 2 of 2 labelled)."""
+    rows = [(q, a, u, a == "dense") for q in ("q1", "q2") for a, u in (("none", 0.0), ("bm25", 1.0), ("dense", 0.0))]
+    labels = pd.DataFrame(rows, columns=["qid", "arm", "utility", "failed"])
+    labels = labels.assign(tie=False, used_fallback=False, error="", prompt_tokens=10, completion_tokens=2,
+                           truncated_passages=0)
+    s = summarise(labels, None, seed=0)
+    assert s["labelled_queries"] == 0 and s["failed_queries"] == 2 and np.isnan(s["oracle"])
+    assert s["best_single_arm"] is None and set(s["arms"]) == {"none", "bm25", "dense"}
+
+
 def test_every_item_failed_summarises_without_a_crash():
     """Every item failed, the noise-floor control's too (a label from an empty cache with
     ``--cache-only``): the summary counts them and leaves the figures NaN."""

@@ -245,13 +245,18 @@ class LlamaCppGenerator(Generator):
     @property
     def identity(self) -> str:
         """Runtime version, file name, the file's sha256 (16 hex digits), its quantisation, the
-        batch grain, and GPU offload when on: a GPU rounds differently from the CPU, so its
-        answers are cached apart from the CPU's."""
+        batch grain, GPU offload when on (a GPU rounds differently from the CPU, so its answers
+        are cached apart from the CPU's), and the ``chat_format`` when it is the one that renders
+        (a file without a chat template).
+
+        ``n_ctx`` is not part of it: it changes an answer only when a prompt longer than the
+        context is cut, and the generation records that cut (``extra["truncated_tokens"]``)."""
         if self._identity is None:
             version = getattr(_llama_cpp(), "__version__", "unknown")
             gpu = f":gpu{self.n_gpu_layers}" if self.n_gpu_layers else ""
+            fmt = f":fmt-{self.chat_format}" if not self._template and self.chat_format else ""
             self._identity = (f"llama_cpp-{version}:{self._path.name}:{file_sha256(self._path)[:16]}:"
-                              f"{self.quantisation}:b{self.n_batch}{gpu}")
+                              f"{self.quantisation}:b{self.n_batch}{gpu}{fmt}")
         return self._identity
 
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.utils
 import functools
+import hashlib
 import json
 import os
 import random
@@ -29,6 +30,9 @@ __all__ = ["OpenAIGenerator"]
 
 # Transient 4xx: request timeout, conflict, too early, rate limited (the set the OpenAI SDK retries).
 _RETRY_STATUS = {408, 409, 425, 429}
+#: The request fields ltrr sends from the prompt and the decoding parameters: not for extra_body.
+_OWN_FIELDS = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop",
+               "response_format", "n", "stream"}
 
 
 class MalformedResponse(Exception):
@@ -84,6 +88,8 @@ class OpenAIGenerator(Generator):
         ``max_completion_tokens`` (newer OpenAI models).
     extra_body : dict, optional
         Extra request fields sent as is (e.g. ``{"top_k": 1}`` for vLLM).
+        Not the fields ltrr sends itself (model, messages, the token budget, temperature, top_p,
+        seed, stop, response_format); part of the identity (the cache key).
 
     Examples
     --------
@@ -170,6 +176,10 @@ class OpenAIGenerator(Generator):
             raise bad("max_tokens_field", "'max_tokens' or 'max_completion_tokens'")
         if self.extra_body is not None and not isinstance(self.extra_body, dict):
             raise bad("extra_body", "a table of request fields")
+        owned = sorted(set(self.extra_body or {}) & _OWN_FIELDS)
+        if owned:  # they would overwrite what the decoding parameters (and the cache key) say
+            raise ConfigError(f"OpenAIGenerator extra_body must not set {', '.join(owned)}: ltrr sends them "
+                              "from the decoding parameters (set them there, e.g. [generation] temperature)")
 
     def __repr__(self) -> str:
         return f"OpenAIGenerator(model={self.model!r}, base_url={self.base_url!r})"
@@ -186,7 +196,13 @@ class OpenAIGenerator(Generator):
 
     @property
     def identity(self) -> str:
-        return f"openai:{self.base_url.rstrip('/')}:{self.model}"
+        """``openai:<base url>:<model>``, and a digest of ``extra_body`` when it is given: its
+        fields (``top_k``, a repetition penalty) change the answers, so they are cached apart."""
+        extra = ""
+        if self.extra_body:
+            canon = json.dumps(self.extra_body, sort_keys=True, separators=(",", ":"), default=str)
+            extra = f":extra-{hashlib.sha256(canon.encode()).hexdigest()[:12]}"
+        return f"openai:{self.base_url.rstrip('/')}:{self.model}{extra}"
 
     @property
     def context_length(self) -> int:

@@ -208,7 +208,9 @@ class TransformersGenerator(Generator):
         if self._identity is None:
             path = self.weights_path
             digest = file_sha256(path) if self._gguf_file else folder_sha256(path)
-            self._identity = f"transformers:{path.name}:{digest[:16]}:{self.dtype}:{self.device}"
+            # chat_template true/false renders prompts its own way: cached apart from "auto"'s
+            template = "" if self.chat_template == "auto" else f":chat-{'on' if self.chat_template else 'off'}"
+            self._identity = f"transformers:{path.name}:{digest[:16]}:{self.dtype}:{self.device}{template}"
         return self._identity
 
     def _loaded(self) -> tuple[Any, Any]:
@@ -389,12 +391,16 @@ class TransformersGenerator(Generator):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "pad_token_id": pad}
         sampling = params.temperature > 0
+        # DecodingParams say all there is: a model folder's generation_config.json may carry a
+        # repetition_penalty (Qwen2.5-Instruct ships 1.05) or a top_k, which would otherwise bend
+        # greedy decoding too; none applies here, as none does in the llama.cpp backend
+        # (repeat_penalty 1, top_k 0).
         if sampling:
-            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0,
+                          repetition_penalty=1.0)
         else:
-            # Explicit Nones silence warnings from sampling defaults in a model's own
-            # generation_config, which greedy decoding ignores anyway.
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            # Explicit Nones silence warnings from sampling defaults, which greedy decoding ignores.
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, repetition_penalty=1.0)
         if params.stop:
             kwargs["stopping_criteria"] = stop_criteria(tokenizer, params.stop, n_in)
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)

@@ -1,6 +1,6 @@
 """Utility metrics: named value objects scored on (question, prediction, reference aliases).
 
-Registered names: ``em``, ``f1``, ``contains`` (SQuAD-normalised lexical), ``semsim``
+Registered names: ``em``, ``f1``, ``recall``, ``contains`` (SQuAD-normalised lexical), ``semsim``
 (embedding cosine), ``bem`` (BERT answer equivalence), ``ac`` (ragas AnswerCorrectness with an
 LLM judge), ``aqs`` (LLM-judged answer quality, 1-5). See `ltrr.metrics.base` for the contract.
 

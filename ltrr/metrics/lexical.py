@@ -56,7 +56,11 @@ def normalize_answer(s: str) -> str:
 
 
 def exact_match_score(prediction: str, reference: str) -> float:
-    """1.0 if both normalise to the same string, else 0.0."""
+    """1.0 if both normalise to the same string, else 0.0.
+
+    As the SQuAD v1.1 script: an empty answer matches a gold answer that normalises to nothing
+    (an article alone, "A"), while token F1 scores it 0 and ``contains`` never matches such an
+    alias. Gold answers that are articles or letters (multiple choice) want ``contains``."""
     return float(normalize_answer(prediction) == normalize_answer(reference))
 
 
