@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -683,6 +684,34 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     cfg.write_text(cfg.read_text().replace('cost = "tokens"', 'cost = "euros"'))
     assert main(["policy", "eval", str(cfg)]) == 2
     assert "[policy] cost must be 'config' or 'tokens', got 'euros'" in capsys.readouterr().err
+    # token costs are measured on the training queries alone, and a query with a failed item is
+    # left out of its part (its NaN made every mean NaN, and training raised)
+    import ltrr.policy.run as policy_run
+
+    cfg.write_text(cfg.read_text().replace('cost = "euros"', 'cost = "tokens"'))
+    seen = {}
+    real = policy_run.arm_costs
+
+    def spy(run, labels):
+        seen["qids"] = set(labels["qid"].astype(str))
+        return real(run, labels)
+
+    path = root / "pol" / "labels" / "labels.parquet"
+    kept = path.read_bytes()
+    labels = pd.read_parquet(path)
+    first, last = sorted(set(labels["qid"]))[0], sorted(set(labels["qid"]))[-1]
+    labels.loc[labels.index[labels["qid"] == first][:1], "failed"] = True
+    labels.loc[labels.index[labels["qid"] == last][:1], "failed"] = True
+    labels.to_parquet(path)
+    try:
+        monkeypatch.setattr(policy_run, "arm_costs", spy)
+        assert main(["policy", "eval", str(cfg)]) == 0
+    finally:
+        path.write_bytes(kept)
+    failed = json.loads((root / "pol" / "policy" / "eval-features-tokens" / "eval.json").read_text())
+    assert failed["n_train"] + failed["n_test"] == ev["n_train"] + ev["n_test"] - 2
+    assert np.isfinite(failed["ltrr_top1"]["utility"]) and len(seen["qids"]) == failed["n_train"]
+    assert first not in seen["qids"] and last not in seen["qids"]
 
 
 def test_exclude_qtypes(project, capsys, monkeypatch):

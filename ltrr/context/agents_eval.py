@@ -1,8 +1,9 @@
 """`ltrr context run`: the agent loop's context strategies compared on a run's questions.
 
 `run_context_agents` loads a run and its trained router (``<workdir>/models/<[train] ranker>``,
-made by ``ltrr train``), takes ``N`` questions (the protocol's test part when ``ltrr protocol``
-has run, else the first ``N`` queries by qid; optionally of one query type), and answers each
+made by ``ltrr train``), takes the first ``N`` questions by qid of the protocol's test part
+(`ltrr.pipeline.Run.protocol_partition`: the one ``ltrr protocol`` pre-registered when it has
+run, else the same partition of every query; optionally of one query type), and answers each
 with the agent loop (`ltrr.context.agents.ContextLoop`) under every strategy, plus a closed-book
 baseline (the generator alone, no context). The router ``ltrr train`` makes was fitted on every
 labelled query, the test part included: the comparison is between strategies that share it,
@@ -165,8 +166,10 @@ def summarise(per_query: pd.DataFrame, *, margin: float = MARGIN, alpha: float =
         pair = pd.concat([full["utility"], closed["utility"].reindex(full.index)], axis=1).dropna()
         if len(pair):
             f, c = pair.iloc[:, 0].to_numpy(float), pair.iloc[:, 1].to_numpy(float)
-            p_closed = paired_wilcoxon(f, c).pvalue
-            beats = bool(p_closed < alpha and f.mean() > c.mean())
+            w = paired_wilcoxon(f, c)
+            p_closed = w.pvalue
+            # the test's side (its signed ranks) and the mean must both favour full-context
+            beats = bool(p_closed < alpha and w.direction > 0 and f.mean() > c.mean())
     rows = []
     for s, g in wide.items():
         row = {"strategy": s, "questions": len(g), **{c: float(g[c].mean()) for c in cols},
@@ -200,9 +203,9 @@ def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | N
 
     ``part`` is ``"test"`` (where strategies are measured) or ``"design"`` (where settings such
     as the budgets are chosen). The partition is the protocol's (`ltrr.eval.protocol.
-    design_test_partition` of the labelled queries, ``[protocol] design_size``, seed ``seed``):
-    the one `ltrr protocol` pre-registered when it has run, and the multi-round router's
-    (`ltrr agent eval`) otherwise.
+    design_test_partition` of every query, ``[protocol] design_size``, seed ``seed``; the
+    queries without complete labels left out once `ltrr protocol` has run): the one it
+    pre-registered, and the multi-round router's (`ltrr agent eval`) before it has run.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"--questions must be a positive integer, got {n!r}")

@@ -41,6 +41,7 @@ from ltrr._log import quiet_worker_restarts
 from ltrr.data.io import write_text_atomic
 from ltrr.eval.protocol import (
     design_test_partition,
+    keep_queries,
     noise_corrected_headroom,
     oracle_choice,
     power_analysis,
@@ -291,21 +292,17 @@ def _complete_partition(run, U: pd.DataFrame, *, design_size: float, seed: int):
     makes it, and the queries without complete labels (a failed item) are then left out of
     their part: a failure moves no query between the parts, so the test part stays the one the
     preregistration promised, minus the failed queries (the log says how many of each part)."""
-    from ltrr.eval.splits import Split
-
     every = run.dataset.queries.reset_index(drop=True)
     full = design_test_partition(every, design_size=design_size, random_state=seed)
     complete = set(map(str, U.index))
-    design = tuple(q for q in full.train if q in complete)
-    test = tuple(q for q in full.test if q in complete)
-    if len(design) + len(test) < full.n_train + full.n_test:
-        run.log(f"[protocol] left out for incomplete labels (failed items): {full.n_train - len(design)} design "
-                f"and {full.n_test - len(test)} test queries; the partition is the one over every query")
-    if not design or not test:
-        raise DataError(f"protocol: no {'design' if not design else 'test'} query has complete labels; "
+    part = keep_queries(full, complete)
+    if part.n_train + part.n_test < full.n_train + full.n_test:
+        run.log(f"[protocol] left out for incomplete labels (failed items): {full.n_train - part.n_train} design "
+                f"and {full.n_test - part.n_test} test queries; the partition is the one over every query")
+    if not part.n_train or not part.n_test:
+        raise DataError(f"protocol: no {'design' if not part.n_train else 'test'} query has complete labels; "
                         "label them first (ltrr label)")
-    queries = every[every["qid"].astype(str).isin(complete)].reset_index(drop=True)
-    return queries, Split(name=full.name, family=full.family, train=design, test=test)
+    return every[every["qid"].astype(str).isin(complete)].reset_index(drop=True), part
 
 
 def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, seed, rankers, train_labels,

@@ -30,6 +30,7 @@ from ltrr.eval.splits import Split, balanced_split
 
 __all__ = [
     "design_test_partition",
+    "keep_queries",
     "design_sample",
     "power_analysis",
     "noise_corrected_headroom",
@@ -78,6 +79,25 @@ def design_test_partition(
                 "a smaller design_size"
             )
     return Split(name="design-test", family="design-test", train=split.train, test=split.test)
+
+
+def keep_queries(part: Split, keep) -> Split:
+    """``part`` with only the queries of ``keep``, each in the part it was in.
+
+    The protocol partitions every query of the dataset and then leaves out those without
+    complete labels (a failed item) this way, so a failure moves no other query between the
+    design and test parts (a partition of the complete queries alone would).
+
+    Examples
+    --------
+    >>> p = Split(name="design-test", family="design-test", train=("a", "b", "c"), test=("d", "e"))
+    >>> kept = keep_queries(p, {"a", "c", "e"})
+    >>> kept.train, kept.test
+    (('a', 'c'), ('e',))
+    """
+    keep = set(map(str, keep))
+    return Split(name=part.name, family=part.family, train=tuple(q for q in part.train if q in keep),
+                 test=tuple(q for q in part.test if q in keep))
 
 
 def _partition_by_round(queries: pd.DataFrame, *, test_size: float, random_state: int) -> Split:

@@ -168,7 +168,13 @@ def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> lis
     """Exact 0/1 knapsack by dynamic programming over token counts: O(n * budget) time.
 
     Maximises the total importance of the chosen items with total tokens <= ``budget``; among
-    equal totals it keeps the earlier items (deterministic).
+    equal totals it keeps the later items (deterministic: an item is taken only when it beats
+    the best of the items after it).
+
+    Examples
+    --------
+    >>> knapsack([1, 1], [1.0, 1.0], 1), knapsack([5, 5, 5], [0.5] * 3, 10)
+    ([1], [1, 2])
     """
     n = len(tokens)
     w = [int(t) for t in tokens]
@@ -176,7 +182,7 @@ def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> lis
     budget = int(budget)
     best = np.zeros(budget + 1)
     take = np.zeros((n, budget + 1), dtype=bool)
-    for i in range(n - 1, -1, -1):  # backwards, so ties resolve towards earlier items
+    for i in range(n - 1, -1, -1):  # backwards; strictly better only, so ties resolve towards later items
         if w[i] > budget:
             continue
         cand = best[: budget + 1 - w[i]] + v[i]

@@ -373,13 +373,15 @@ class Run:
         and whether `ltrr protocol` pre-registered it.
 
         The partition is `ltrr.eval.protocol.design_test_partition`, seed ``seed`` (default the
-        config's). When ``ltrr protocol`` has run (its ``preregistration.json``), it is the one
-        the protocol made: over the completely labelled queries, with its ``design_size``. Before
-        that, the same partition of every query of the dataset with ``[protocol] design_size``.
+        config's), over every query of the dataset. When ``ltrr protocol`` has run (its
+        ``preregistration.json``), it is the one the protocol made: with its ``design_size``, and
+        the queries without complete labels left out of their part
+        (`ltrr.eval.protocol.keep_queries`). Before that, with ``[protocol] design_size``, every
+        query kept.
         The one place the protocol's parts are rebuilt (`protocol_part`, context packing).
         ``labels``: the run's labels table when the caller has read it already.
         """
-        from ltrr.eval.protocol import design_test_partition
+        from ltrr.eval.protocol import design_test_partition, keep_queries
 
         seed = self.config.seed if seed is None else int(seed)
         q = self.dataset.queries
@@ -388,14 +390,16 @@ class Run:
         made = prereg.is_file()
         if made:
             design_size = json.loads(prereg.read_text())["design_size"]
+        part = design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed)
+        if made:
             path = self.labels_dir / "labels.parquet"
             if labels is None and path.is_file():
                 labels = pd.read_parquet(path)
-            if labels is not None:  # the protocol partitioned the completely labelled queries
+            if labels is not None:  # the protocol left the incompletely labelled queries out
                 from ltrr.eval.routing import utility_matrix
 
-                q = q[q["qid"].isin(set(utility_matrix(labels).index))]
-        return design_test_partition(q.reset_index(drop=True), design_size=design_size, random_state=seed), made
+                part = keep_queries(part, utility_matrix(labels).index)
+        return part, made
 
     def protocol_part(self, part: str, *, seed: int | None = None,
                       labels: pd.DataFrame | None = None) -> tuple[set, str]:

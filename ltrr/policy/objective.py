@@ -68,7 +68,8 @@ def check_costs(costs: Any, what: str = "cost") -> np.ndarray:
 
 
 def check_budget(budget: Any, costs: np.ndarray) -> float:
-    """The budget as a float in [min over queries of the cheapest arm, the most expensive arm]."""
+    """The budget as a float in [the mean over queries of the cheapest arm's cost, the most
+    expensive arm's cost] (``costs``: arms, or queries x arms)."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float, np.floating, np.integer)) \
             or not math.isfinite(float(budget)):
         raise ConfigError(f"the budget must be a number, got {budget!r}")

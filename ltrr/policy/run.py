@@ -143,7 +143,8 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     ``ltrr protocol --seed`` does; results of another seed go to their own folder.
     ``params`` are `BudgetPolicy` parameters over ``[policy] params`` (a design study's variants).
     """
-    from ltrr.eval.protocol import design_test_partition
+    from ltrr.eval.protocol import design_test_partition, keep_queries
+    from ltrr.eval.routing import utility_matrix
     from ltrr.policy.evaluate import budgets_markdown, evaluate_budgets, frame, plot_curves
     from ltrr.routers.reference import utility_frame
 
@@ -157,7 +158,6 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     fractions = list(fractions or pcfg.fractions)
     trainers = list(trainers or pcfg.trainers)
     labels, raw = run.training_inputs("policy")
-    costs, record = arm_costs(run, labels)
     queries = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
     part = design_test_partition(queries.reset_index(drop=True), design_size=run.config.protocol.design_size,
                                  random_state=seed)
@@ -169,6 +169,11 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
                                      random_state=inner_seed)
         raw = raw.subset([str(q) for q in queries["qid"]])
         labels = labels[labels["qid"].astype(str).isin(set(queries["qid"].astype(str)))]
+    # A query with a failed item has no utility of that arm: left out of its part, as the
+    # protocol leaves it (its NaN made every mean and test NaN; in training, an error).
+    part = keep_queries(part, utility_matrix(labels).index)
+    # Token costs are measured on the training queries only: the evaluated part is not read.
+    costs, record = arm_costs(run, labels[labels["qid"].astype(str).isin(set(part.train))])
     train_q, test_q = list(part.train), list(part.test)
     groups = queries.set_index(queries["qid"].astype(str))["group"] if "group" in queries else None
     states, lm = _states(run, raw, pcfg)
