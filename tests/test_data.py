@@ -99,6 +99,33 @@ def test_beir_folder(tmp_path):
     assert ds.qrels.to_dict("records") == [{"qid": "q1", "docid": "d2", "relevance": 1}]
 
 
+def test_a_qrels_tsv_beside_the_queries_is_read(tmp_path):
+    """data/README.md: a dataset folder holds queries.*, corpus.* and optionally qrels.*; a
+    qrels.tsv at the top was skipped without a word (and retrieval evaluation with it)."""
+    _write(tmp_path / "corpus.jsonl", [json.dumps({"docid": "d1", "title": "T", "text": "t1"})])
+    _write(tmp_path / "queries.jsonl", [json.dumps({"qid": "q1", "question": "what?", "answers": ["a"]})])
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert load_dataset(tmp_path).qrels.to_dict("records") == [{"qid": "q1", "docid": "d1", "relevance": 1}]
+
+
+def test_ids_that_look_like_missing_values_stay_ids_and_an_empty_one_is_an_error(tmp_path):
+    p = tmp_path / "test.tsv"
+    p.write_text("query-id\tcorpus-id\tscore\nNA\tnull\t1\nq2\tN/A\t1\nq3\tNone\t0\n")
+    assert load_qrels(p).values.tolist() == [["NA", "null", 1], ["q2", "N/A", 1], ["q3", "None", 0]]
+    p.write_text("query-id\tcorpus-id\tscore\nq1\t\t1\n")
+    with pytest.raises(DataError, match=r"test\.tsv: qrels row 0 has no docid"):
+        load_qrels(p)
+
+
+def test_family_wins_counts_relevant_documents_only():
+    from ltrr.data.datasheet import family_wins
+
+    results = pd.DataFrame({"qid": ["q1", "q1"], "arm": ["bm25", "dense"], "docid": ["d1", "d2"], "rank": [1, 1]})
+    qrels = pd.DataFrame({"qid": ["q1", "q1"], "docid": ["d1", "d2"], "relevance": [0, 1]})
+    wins = family_wins(results, qrels, {"bm25": "bm25", "dense": "dense"})
+    assert wins["only"] == {"bm25": 0, "dense": 1}
+
+
 def test_bad_qrels(tmp_path):
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\thigh\n")
     with pytest.raises(DataError, match=r"qrels\.tsv"):

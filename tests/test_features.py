@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -795,3 +796,44 @@ def test_real_minilm_end_to_end():
     assert t.loc["good", "overall_sim"] > t.loc["bad", "overall_sim"]
     assert raw.query_embeddings.shape == (1, 384)
     assert src.n_encoded == 4
+
+
+def test_a_reused_embedding_source_encodes_a_docid_again_when_its_text_changed(monkeypatch):
+    """The same docids from another corpus (BEIR sets share "0", "1", ...) are other documents:
+    a source kept across corpora (a standalone reranker) gave the first corpus's vectors."""
+    import ltrr.embed
+    from ltrr.retrieval import EmbeddingSource
+
+    class OneHot:
+        def encode_passages(self, texts, batch_size=64):
+            return np.array([[1.0, 0.0] if "alpha" in t else [0.0, 1.0] for t in texts], dtype=np.float32)
+
+    monkeypatch.setattr(ltrr.embed, "get_encoder", lambda name: OneHot())
+    src = EmbeddingSource(encoder="stand-in")
+    first = src.get(["0", "1"], ["alpha doc", "beta doc"])
+    again = src.get(["0", "1"], ["alpha doc", "beta doc"])
+    assert src.n_encoded == 2 and np.array_equal(first, again)  # the same texts: from the cache
+    other = src.get(["0", "1"], ["beta text", "alpha text"])
+    assert src.n_encoded == 4 and np.array_equal(other, first[::-1])
+
+
+def test_a_local_encoder_folder_is_known_by_its_contents(tmp_path):
+    """Two checkpoints of one architecture (same file names and sizes) are two encoders: their
+    embeddings and indexes are cached apart. The packaged minilm keeps its names-and-sizes key."""
+    from ltrr.embed import SentenceTransformerEncoder, get_encoder
+
+    for run, byte in (("runA", b"\x00"), ("runB", b"\x01")):
+        folder = tmp_path / run / "final"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(byte * 64)
+        (folder / "config.json").write_text("{}")
+    a = SentenceTransformerEncoder(tmp_path / "runA" / "final").identity
+    b = SentenceTransformerEncoder(tmp_path / "runB" / "final").identity
+    assert a != b and a.startswith("st:final:")
+    assert SentenceTransformerEncoder(tmp_path / "runA" / "final", pinned=True).identity == \
+        SentenceTransformerEncoder(tmp_path / "runB" / "final", pinned=True).identity  # sizes alone
+    weights = tmp_path / "runA" / "final" / "model.safetensors"
+    weights.write_bytes(b"\x02" * 64)  # retrained in place (minutes later: a newer modification time)
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert SentenceTransformerEncoder(tmp_path / "runA" / "final").identity not in (a, b)
+    assert get_encoder("minilm").pinned

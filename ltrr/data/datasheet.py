@@ -34,7 +34,9 @@ ATTRIBUTION = """\
 
 
 def _gold(qrels: pd.DataFrame) -> dict[str, set[str]]:
-    return qrels.groupby("qid")["docid"].apply(set).to_dict()
+    """qid -> its relevant docids (relevance > 0, as the qrels schema says; a 0 is judged not relevant)."""
+    rel = qrels[pd.to_numeric(qrels["relevance"]) > 0] if "relevance" in qrels.columns else qrels
+    return rel.groupby("qid")["docid"].apply(set).to_dict()
 
 
 def family_wins(results: pd.DataFrame, qrels: pd.DataFrame, families: dict[str, str]) -> dict:

@@ -160,7 +160,8 @@ def load_qrels(path: str | Path) -> pd.DataFrame:
         df = read_trec_qrels(path)
     elif path.suffix == ".tsv":
         try:
-            df = pd.read_csv(path, sep="\t", dtype=str, encoding="utf-8-sig")
+            # ids are text: "NA", "null" or "None" are ids, not missing values
+            df = pd.read_csv(path, sep="\t", dtype=str, encoding="utf-8-sig", keep_default_na=False)
         except Exception as exc:
             raise DataError(f"{path}: unreadable TSV ({exc})") from None
         df = df.rename(columns={"query-id": "qid", "corpus-id": "docid", "score": "relevance"})
@@ -219,7 +220,8 @@ def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> 
     qrels = None
     qr = _first(folder, ("qrels",))
     if qr is None:
-        qr = next((folder / f"qrels{ext}" for ext in (".trec", ".qrels", ".txt") if (folder / f"qrels{ext}").is_file()), None)
+        qr = next((folder / f"qrels{ext}" for ext in (".tsv", ".trec", ".qrels", ".txt")
+                   if (folder / f"qrels{ext}").is_file()), None)
     if qr is None and (folder / "qrels").is_dir():
         tsvs = sorted((folder / "qrels").glob("*.tsv"))
         qr = next((t for t in tsvs if t.stem == "test"), tsvs[0] if tsvs else None)

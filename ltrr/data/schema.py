@@ -118,6 +118,10 @@ def validate_qrels(df: pd.DataFrame) -> pd.DataFrame:
     """Check a qrels table and return it normalised."""
     _require(df, QREL_COLUMNS, "qrels")
     df = df.copy()
+    for col in ("qid", "docid"):
+        empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
+        if empty.any():
+            raise DataError(f"qrels row {int(empty.to_numpy().argmax())} has no {col}")
     df["qid"] = df["qid"].astype(str)
     df["docid"] = df["docid"].astype(str)
     df["relevance"] = pd.to_numeric(df["relevance"], errors="raise").astype(int)

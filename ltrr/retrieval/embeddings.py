@@ -20,7 +20,8 @@ class EmbeddingSource:
 
     With a built `DenseRetriever`, rows come from its stored ``embeddings.npy``; documents it
     does not hold (and every document when no retriever is given) are encoded with the encoder
-    and cached per docid for the life of the object.
+    and cached per docid and text for the life of the object (a docid that comes back with
+    another text, from another corpus, is encoded again).
 
     Parameters
     ----------
@@ -43,7 +44,7 @@ class EmbeddingSource:
         self.retriever = retriever
         self.encoder = encoder
         self.batch_size = batch_size
-        self._cache: dict[str, np.ndarray] = {}
+        self._cache: dict[str, tuple[str, np.ndarray]] = {}  # docid -> (the text encoded, its vector)
         self.n_encoded = 0  # documents encoded so far (stored rows are not counted)
 
     @property
@@ -59,7 +60,9 @@ class EmbeddingSource:
         if len(docids) != len(texts):
             raise DataError(f"got {len(docids)} docids but {len(texts)} texts")
         stored = self._stored_rows()
-        missing = [i for i, d in enumerate(docids) if d not in stored and d not in self._cache]
+        texts = [str(t) for t in texts]
+        missing = [i for i, d in enumerate(docids)
+                   if d not in stored and (d not in self._cache or self._cache[d][0] != texts[i])]
         if missing:
             from ltrr.embed import get_encoder
 
@@ -67,7 +70,7 @@ class EmbeddingSource:
             new = enc.encode_passages([texts[i] for i in missing], batch_size=self.batch_size)
             self.n_encoded += len(missing)
             for i, v in zip(missing, new, strict=True):
-                self._cache[docids[i]] = np.asarray(v, dtype=np.float32)
+                self._cache[docids[i]] = (texts[i], np.asarray(v, dtype=np.float32))
         out = []
         stored_ids = [d for d in docids if d in stored and d not in self._cache]
         stored_vecs = (
@@ -76,7 +79,7 @@ class EmbeddingSource:
             else {}
         )
         for d in docids:
-            out.append(self._cache[d] if d in self._cache else stored_vecs[d])
+            out.append(self._cache[d][1] if d in self._cache else stored_vecs[d])
         if not out:
             return np.zeros((0, 0), dtype=np.float32)
         emb = np.vstack(out).astype(np.float32)
