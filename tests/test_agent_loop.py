@@ -280,6 +280,8 @@ def test_settings_are_checked_when_rolling_out(btok):
         AgentLoop(lm, Corpus(), ARMS + ARMS[:1]).rollout("q")
     with pytest.raises(ConfigError, match="must be a ContinuationLM"):
         AgentLoop(object(), Corpus(), ARMS).rollout("q")
+    with pytest.raises(ConfigError, match=r"must not hold ':'.*\['bm25:rm3'\]"):  # 'bm25: rm3: q' could never call it
+        AgentLoop(lm, Corpus(), ARMS + [{"name": "bm25:rm3", "retriever": "bm25"}]).rollout("q")
 
 
 # ---- caching ----------------------------------------------------------------------------------

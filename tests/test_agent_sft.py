@@ -398,6 +398,17 @@ def test_grpo_and_rft_commands(project, capsys):
     # a random tiny policy answers nothing right: rejection sampling keeps nothing, and says so
     assert code == 2 and "rejection sampling kept no correct rollout" in capsys.readouterr().err
     assert not (rft / "rft.json").exists()
+    # its samples resume for the same start policy only: another one (a retrained SFT) samples afresh
+    samples = rft.with_name(rft.name + "-samples.jsonl")
+    assert samples.exists() and json.loads(samples.with_suffix(".json").read_text())["seed"] == 7
+    first = samples.read_bytes()
+    assert main(["agent", "rft", str(cfg), "--from", str(tiny), "--rollouts", "4", "--out", str(rft)]) == 2
+    assert "another start policy" not in capsys.readouterr().out and samples.read_bytes() == first
+    record = json.loads(samples.with_suffix(".json").read_text())
+    samples.with_suffix(".json").write_text(json.dumps({**record, "policy": "an older policy's digest"}))
+    assert main(["agent", "rft", str(cfg), "--from", str(tiny), "--rollouts", "4", "--out", str(rft)]) == 2
+    assert "holds samples of another start policy or settings: sampling afresh" in capsys.readouterr().out
+    assert json.loads(samples.with_suffix(".json").read_text()) == record
     assert main(["agent", "progress", str(out_dir)]) == 0
     assert "| 1 |" in capsys.readouterr().out
     assert main(["agent", "progress", str(root / "nowhere")]) == 2

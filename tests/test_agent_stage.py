@@ -62,3 +62,24 @@ def test_other_settings_another_seed_or_force_train_again(tmp_path, finished, ch
     force = change.pop("force", False)
     with pytest.raises(Trained):
         stage.sft_policy(_run(tmp_path, **change), force=force, log=lambda m: None)
+
+
+def test_the_agent_partition_leaves_out_queries_with_a_failed_label(tmp_path):
+    """As the protocol does (`keep_queries`): a query with a failed item is in neither part and
+    moves no other query (its NaN failed the eval after every rollout, or scripted SFT wrongly)."""
+    import pandas as pd
+
+    from ltrr.agent.run import partition
+    from ltrr.eval.protocol import design_test_partition
+
+    queries = pd.DataFrame({"qid": [f"q{i:02d}" for i in range(40)], "qtype": ["a", "b"] * 20})
+    full = design_test_partition(queries, design_size=0.7, random_state=7)
+    gone = {full.train[0], full.test[0]}
+    labels = pd.DataFrame([(q, arm, 1.0, q in gone and arm == "bm25") for q in queries["qid"] for arm in ("bm25", "none")],
+                          columns=["qid", "arm", "utility", "failed"])
+    (tmp_path / "labels").mkdir()
+    labels.to_parquet(tmp_path / "labels" / "labels.parquet")
+    run = SimpleNamespace(dataset=SimpleNamespace(queries=queries), labels_dir=tmp_path / "labels",
+                          config=SimpleNamespace(seed=7, protocol=SimpleNamespace(design_size=0.7)))
+    design, test = partition(run)
+    assert design == [q for q in full.train if q not in gone] and test == [q for q in full.test if q not in gone]

@@ -187,10 +187,14 @@ def hf_continue(model: Any, tokenizer: Any, ids: list[int], params: DecodingPara
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "pad_token_id": pad}
+    # the decoding parameters say all there is, as in `hf_continue_batch` and the generation
+    # backends: no top_k (transformers' default 50) or repetition penalty of the model's
+    # generation_config, which would sample off the distribution GRPO scores and bend greedy
     if params.temperature > 0:
-        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0,
+                      repetition_penalty=1.0)
     else:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, repetition_penalty=1.0)
     if params.stop:
         kwargs["stopping_criteria"] = stop_criteria(tokenizer, params.stop, len(ids))
     input_ids = torch.tensor([ids], dtype=torch.long, device=device if device is not None else model.device)

@@ -287,6 +287,10 @@ class AgentLoop:
         names = self.arm_names
         if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
             raise ConfigError(f"AgentLoop arms must have unique, non-empty names, got {names!r}")
+        colon = [n for n in names if ":" in n]
+        if colon:  # <search>ARM: query</search> splits at the first colon: such an arm could never be called
+            raise ConfigError(f"AgentLoop arm names must not hold ':' (the search call is 'ARM: query'), got "
+                              f"{colon}; rename the arms or show them under other names (an arm view)")
         if self.view is not None:
             self.with_view(self.view)  # checks that the view is one of these arms
 

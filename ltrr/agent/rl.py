@@ -95,6 +95,17 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     return rollouts, questions
 
 
+def _reward_settings(run) -> dict:
+    """The reward's settings a GRPO run's resume must share (``[agent]`` metric, reward,
+    token_price, correct_threshold), those away from their defaults only: a run checkpointed
+    before they were part of the fingerprint, at the defaults, still resumes."""
+    from ltrr.agent.section import AgentSection
+
+    acfg, default = run.config.agent, AgentSection.from_mapping({})
+    return {k: getattr(acfg, k) for k in ("metric", "reward", "token_price", "correct_threshold")
+            if getattr(acfg, k) != getattr(default, k)}
+
+
 def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = None, alpha: float | None = None,
              log: Callable[[str], None] = print, show_progress: bool = False,
              resume_from: str | Path | None = None, time_budget: float | None = None) -> dict:
@@ -125,7 +136,8 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
         f"{spec.steps} steps of {spec.prompts_per_step} x {spec.group_size} rollouts, alpha {alpha}")
     record = train_grpo(policy, rollouts, [text for _, text, _ in questions], out, spec, seed=run.config.seed,
                         log=log, show_progress=show_progress,
-                        fingerprint={"alpha": alpha},  # the start policy by content: train_grpo's ``policy``
+                        fingerprint={"alpha": alpha, **_reward_settings(run)},  # the start policy by content:
+                        # train_grpo's ``policy``
                         time_budget=time_budget,
                         records=[] if resume_from is None else [Path(resume_from) / "grpo.json"])
     plot = out / "training.png"
@@ -181,11 +193,14 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
             show_progress: bool = False) -> dict:
     """`ltrr agent rft`: rejection-sampling fine-tuning of the policy in ``start`` with
     ``rollouts`` samples (module docstring); the policy goes to ``out``."""
+    from dataclasses import asdict
+
     from tqdm.auto import tqdm
 
     from ltrr.agent.backends import TransformersLM
     from ltrr.agent.batching import raise_on_model_errors, rollout_many
     from ltrr.agent.grpo import GRPOSpec, sample_seed
+    from ltrr.agent.lora import content_digest
     from ltrr.agent.prefix_cache import PrefixCache
     from ltrr.agent.run import policy_lm
     from ltrr.agent.sft import SFTSpec, train_sft
@@ -205,8 +220,24 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     n_q = rollouts // spec.group_size
     picked = [questions[i] for i in np.resize(order, n_q)]  # cycles when rollouts exceed one pass
     samples_path = out.with_name(out.name + "-samples.jsonl")
+    # the samples resume only for the same start policy (by its content), seed and sampling; a
+    # retrained start policy's run samples afresh (it fine-tuned on the old policy's samples)
+    made_by = {"policy": content_digest(policy), "seed": run.config.seed, "grpo": asdict(spec),
+               "alpha": run.config.agent.alpha, "questions": [q for q, _, _ in picked]}
+    record_path = samples_path.with_suffix(".json")
+    done = []
+    if samples_path.exists():
+        try:
+            same = json.loads(record_path.read_text()) == json.loads(json.dumps(made_by, default=str))
+        except (OSError, ValueError):
+            same = False
+        if same:
+            done = load_trajectories(samples_path)  # resume the sampling
+        else:
+            log(f"[agent rft] {samples_path} holds samples of another start policy or settings: sampling afresh")
+            samples_path.unlink()
+    write_text_atomic(record_path, json.dumps(made_by, indent=1, default=str) + "\n")
     kept = []
-    done = load_trajectories(samples_path) if samples_path.exists() else []  # resume the sampling
     g = spec.group_size
     chunk = max(1, roll.rollout_batch // g)  # questions sampled together (one batch of rollouts)
     with tqdm(total=len(picked) * g, desc="rft samples", disable=not show_progress) as bar:

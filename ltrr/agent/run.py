@@ -29,11 +29,18 @@ def agent_dir(run) -> Path:
 
 
 def partition(run) -> tuple[list[str], list[str]]:
-    """(design qids, test qids): `ltrr.eval.protocol.design_test_partition` of the run's queries."""
-    from ltrr.eval.protocol import design_test_partition
+    """(design qids, test qids): `ltrr.eval.protocol.design_test_partition` of the run's queries,
+    the queries without complete labels (a failed item) left out of their part, as the protocol
+    leaves them (`ltrr.eval.protocol.keep_queries`): their NaN utility failed the evaluation after
+    its rollouts, and could script an SFT trajectory to the wrong arm."""
+    from ltrr.eval.protocol import design_test_partition, keep_queries
+    from ltrr.eval.routing import utility_matrix
 
     part = design_test_partition(run.dataset.queries.reset_index(drop=True),
                                  design_size=run.config.protocol.design_size, random_state=run.config.seed)
+    labels = labels_table(run) if (run.labels_dir / "labels.parquet").exists() else None
+    if labels is not None:
+        part = keep_queries(part, utility_matrix(labels).index)
     return [str(q) for q in part.train], [str(q) for q in part.test]
 
 
