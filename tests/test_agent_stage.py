@@ -19,16 +19,21 @@ class Trained(Exception):
     pass
 
 
-def _run(tmp_path, seed=7, sft=None):
-    agent = AgentSection.from_mapping({"sft": sft or {}})
-    return SimpleNamespace(config=SimpleNamespace(agent=agent, seed=seed), workdir=tmp_path)
+def _run(tmp_path, seed=7, sft=None, agent=None, model="m.gguf", label="fp-labels"):
+    from ltrr.generation.section import GenerationSection
+
+    agent = AgentSection.from_mapping({"sft": sft or {}, **(agent or {})})
+    config = SimpleNamespace(agent=agent, seed=seed, generation=GenerationSection.from_mapping({"model": model}),
+                             protocol=SimpleNamespace(design_size=0.7))
+    return SimpleNamespace(config=config, workdir=tmp_path, fingerprint_of=lambda stage: label)
 
 
 @pytest.fixture
 def finished(tmp_path, monkeypatch):
     folder = tmp_path / "agent" / "policies" / "sft"
     folder.mkdir(parents=True)
-    record = {"spec": json.loads(json.dumps(asdict(SFTSpec.from_mapping({})))), "seed": 7, "loss": []}
+    record = {"spec": json.loads(json.dumps(asdict(SFTSpec.from_mapping({})))), "seed": 7, "loss": [],
+              "inputs": stage._sft_inputs(_run(tmp_path))}
     (folder / "sft.json").write_text(json.dumps(record))
 
     def train(*a, **k):  # anything past the check would train
@@ -39,6 +44,9 @@ def finished(tmp_path, monkeypatch):
 
 
 def test_a_finished_policy_of_the_same_settings_is_kept(tmp_path, finished):
+    """Its record names the labels, base model, partition and loop settings it was made of
+    (another holdout, base model or labels trained again; before, only [agent] sft and the seed
+    were compared); a record from before they were kept is compared as before."""
     folder, record = finished
     lines = []
     got, rec = stage.sft_policy(_run(tmp_path), force=False, log=lines.append)
@@ -49,7 +57,7 @@ def test_a_policy_recorded_before_a_setting_existed_is_kept_at_its_default(tmp_p
     """A record without a later field (``arm_choice``) reads as that field's default; another value
     of it trains again."""
     folder, record = finished
-    del record["spec"]["arm_choice"]
+    del record["spec"]["arm_choice"], record["inputs"]  # neither was recorded then
     (folder / "sft.json").write_text(json.dumps(record))
     got, rec = stage.sft_policy(_run(tmp_path), force=False, log=lambda m: None)
     assert got == folder and rec == record
@@ -57,7 +65,9 @@ def test_a_policy_recorded_before_a_setting_existed_is_kept_at_its_default(tmp_p
         stage.sft_policy(_run(tmp_path, sft={"arm_choice": "type"}), force=False, log=lambda m: None)
 
 
-@pytest.mark.parametrize("change", [{"seed": 8}, {"sft": {"epochs": 2.0}}, {"force": True}])
+@pytest.mark.parametrize("change", [{"seed": 8}, {"sft": {"epochs": 2.0}}, {"force": True},
+                                    {"agent": {"holdout_arms": ["bm25-top1"]}}, {"agent": {"k": 5}},
+                                    {"model": "another.gguf"}, {"label": "relabelled"}])
 def test_other_settings_another_seed_or_force_train_again(tmp_path, finished, change):
     force = change.pop("force", False)
     with pytest.raises(Trained):

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from ltrr._errors import ConfigError
@@ -158,6 +159,58 @@ def test_status_follows_a_labelling_from_its_progress_snapshot(env, capsys):
         assert state == "running" and detail.startswith("agent eval (eval-sft) running: 15 of 150 items (10%)")
     assert main(["status", str(cfg), "--json"]) == 0
     assert states()["agent"][0] == "waits"  # on the labelling, once the eval is over
+
+
+def test_an_edited_corpus_answers_or_query_type_runs_the_stages_that_read_them(env, capsys):
+    """A dataset folder of the user's own has no build record: its corpus is hashed, so an edited
+    document retrieves again (it was "up to date" with the old passages); edited gold answers, a
+    query type or group change the labels' inputs, so every stage after them runs again."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.labels import label_fingerprint
+
+    cfg, ds = _tiny(env)
+    assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
+    capsys.readouterr()
+    retrieve = lambda: {r["stage"]: r for r in json.loads(capsys.readouterr().out)}["retrieve"]["state"]  # noqa: E731
+    assert main(["status", str(cfg), "--json"]) == 0 and retrieve() == "up to date"
+    labelled = label_fingerprint(Run(load_config(str(cfg))))
+    corpus = ds / "corpus.jsonl"
+    corpus.write_text(corpus.read_text().replace("Canberra is the capital city", "Sydney is the largest city"))
+    assert main(["status", str(cfg), "--json"]) == 0 and retrieve() == "to run"
+    assert main(["retrieve", str(cfg)]) == 0
+    assert "Sydney is the largest city" in " ".join(pd.read_parquet(env / "run" / "retrieval" / "results.parquet")["text"])
+    moved = label_fingerprint(Run(load_config(str(cfg))))  # the retrieval changed
+    queries = ds / "queries.jsonl"
+    queries.write_text(queries.read_text().replace('"Canberra"', '"Canberra", "ACT"'))
+    answered = label_fingerprint(Run(load_config(str(cfg))))
+    queries.write_text(queries.read_text().replace('"qtype": "t"}', '"qtype": "u"}', 1))
+    typed = label_fingerprint(Run(load_config(str(cfg))))
+    assert len({labelled, moved, answered, typed}) == 4
+    assert label_fingerprint(Run(load_config(str(cfg)))) == typed  # nothing else moves it
+
+
+@pytest.mark.parametrize("params, match", [
+    ('{lambdamart-listwis = {n_estimators = 3}}', "names 'lambdamart-listwis', not a ranker"),
+    ('{lambdamart-listwise = 5}', "params.lambdamart-listwise must be a table"),
+    ('{lambdamart-listwise = {n_estimatorz = 3}}', "n_estimatorz is not a parameter of lambdamart-listwise"),
+])
+def test_train_params_are_checked_before_any_training(env, params, match):
+    """A misspelt ranker or a non-table was dropped silently (defaults trained); an unknown
+    hyper-parameter was a TypeError traceback inside training."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg, _ = _tiny(env)
+    cfg.write_text(cfg.read_text() + f"\n[train]\nparams = {params}\n")
+    with pytest.raises(ConfigError, match=match):
+        Run(load_config(str(cfg))).make_router("ltrr", "lambdamart-listwise")
+
+
+def test_a_negative_question_count_is_one_error_line(env, capsys):
+    cfg, _ = _tiny(env)
+    assert main(["label", str(cfg), "--questions", "-3"]) == 2
+    assert "max_queries (--questions) must be an integer >= 0" in _err(capsys)
 
 
 def test_a_closed_stdout_pipe_ends_the_command_quietly(env):

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,27 @@ def test_two_workers_from_an_empty_cache_give_identical_labels(project, capsys):
     # a re-run sends nothing: every item is in the cache
     assert main(["label", two, "--scheduler", "local:2", "--force"]) == 0
     assert "0 of 4 chunks" in capsys.readouterr().out
+
+
+def test_the_prebuilt_cache_is_imported_before_the_workers_are_sent_anything(project, capsys, monkeypatch):
+    """``[generation] prebuilt`` with ``--scheduler``: the workers generate only what the shipped
+    cache lacks (they were sent every chunk, and their rows then shadowed the prebuilt ones)."""
+    import ltrr.generation.prebuilt as prebuilt
+
+    root, config = project
+    one = config("one")
+    if not (root / "one" / "labels" / "labels.parquet").exists():
+        assert main(["index", one]) == 0 and main(["label", one]) == 0
+    shipped = root / "shipped" / "tiny-generations.jsonl.xz"
+    assert main(["cache", "export", one, str(shipped)]) == 0
+    monkeypatch.setattr(prebuilt, "prebuilt_path", lambda name: shipped)
+    cfg = Path(config("pre"))
+    cfg.write_text(cfg.read_text().replace("[generation]\n", '[generation]\nprebuilt = "tiny"\n'))
+    capsys.readouterr()
+    assert main(["label", str(cfg), "--scheduler", "local:2"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("prebuilt generation cache 'tiny': sha256 verified") < out.index("[label] dask local:2: 0 of 4 chunks")
+    assert (root / "pre" / "labels" / "labels.parquet").read_bytes() == (root / "one" / "labels" / "labels.parquet").read_bytes()
 
 
 def test_a_killed_worker_loses_nothing(project, capsys):

@@ -210,6 +210,19 @@ def test_train_and_route(project, capsys, monkeypatch):
     assert sorted(r["arm"] for r in ranking) == ["bm25", "bm25-top1", "none"]
     assert main(["train", str(a), "--ranker", "nosuch"]) == 2
     assert "unknown ranker 'nosuch'" in capsys.readouterr().err
+    # a router fitted on Dask (its model depends on the workers' partitions) is not kept by a local train
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(str(a)), log=lambda m: None)
+    run.stage_train("xgboost-pairwise", force=True, trained_on="dask")
+    record = json.loads((root / "a" / "stages" / "train-xgboost-pairwise.json").read_text())
+    assert record["trained_on"] == "dask" and record["fingerprint"].endswith(":dask")
+    said = []
+    Run(load_config(str(a)), log=said.append).stage_train("xgboost-pairwise")
+    assert not any("skipped" in m for m in said)  # fitted again, here
+    Run(load_config(str(a)), log=said.append).stage_train("xgboost-pairwise")
+    assert "[train] skipped" in said[-1]
     # the router answers by the generator and template its labels measured (generator.json), cached
     model = root / "a" / "models" / "xgboost-pairwise"
     rec = json.loads((model / "generator.json").read_text())

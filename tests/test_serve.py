@@ -230,6 +230,16 @@ def test_legacy_text_completions_answer_the_prompt_as_the_question(trained):
         assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "model_not_found"
 
 
+@pytest.mark.parametrize("field, value", [("max_queue", 0), ("max_queue", -1), ("timeout_s", 0), ("max_tokens", 0)])
+def test_server_limits_must_be_positive(field, value):
+    """asyncio.Queue(0) has no bound: --max-queue 0 served an unbounded queue."""
+    from ltrr._errors import ConfigError
+    from ltrr.serve import ServeSettings
+
+    with pytest.raises(ConfigError, match="must be a positive"):
+        ServeSettings(**{field: value})
+
+
 class SlowService:
     """A stand-in service whose answers wait for a signal: the queue can be filled."""
 

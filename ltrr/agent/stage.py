@@ -14,6 +14,7 @@ from pathlib import Path
 from ltrr.agent.run import agent_dir, labels_table, partition, policy_lm
 from ltrr.agent.sft import SFTSpec, build_sft_trajectories, train_sft
 from ltrr.agent.trajectory import save_trajectories
+from ltrr.data.io import write_text_atomic
 
 __all__ = ["sft_policy"]
 
@@ -45,11 +46,13 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
     spec = SFTSpec.from_mapping(run.config.agent.sft)
     folder = Path(out or agent_dir(run) / "policies" / "sft")
     done = folder / "sft.json"
+    inputs = _sft_inputs(run)
     if not force and done.is_file():
         record = json.loads(done.read_text())
         # a record written before a field existed holds that field's default (`SFTSpec`)
         kept = {**json.loads(json.dumps(asdict(SFTSpec()))), **(record.get("spec") or {})}
-        if kept == json.loads(json.dumps(asdict(spec))) and record.get("seed") == run.config.seed:
+        same_inputs = record.get("inputs", inputs) == inputs  # a record from before they were kept: as before
+        if kept == json.loads(json.dumps(asdict(spec))) and record.get("seed") == run.config.seed and same_inputs:
             log(f"[agent sft] skipped: {folder} holds the SFT policy of these settings and seed")
             return folder, record
     labels = labels_table(run)
@@ -61,4 +64,16 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
     log(f"[agent sft] {len(trajs)} scripted design trajectories ({n_search} search, "
         f"{sum(len(t.searches) == 2 for t in trajs)} two-hop) -> {data}")
     record = train_sft(trajs, lm, folder, spec, seed=run.config.seed, log=log, show_progress=show_progress)
+    record["inputs"] = inputs
+    write_text_atomic(done, json.dumps(record, indent=1) + "\n")
     return folder, record
+
+
+def _sft_inputs(run) -> dict:
+    """What the scripted trajectories are made of besides ``[agent] sft`` and the seed: the
+    labels (their stage's fingerprint), the base model (``[generation]``), the partition and the
+    loop's settings (held-out arms, k, the observation budget, the reward)."""
+    acfg = {k: v for k, v in run.config.agent.to_dict().items()
+            if k not in ("enabled", "policy", "sft", "grpo", "n_eval", "sweep")}
+    return json.loads(json.dumps({"labels": run.fingerprint_of("label"), "generation": run.config.generation.to_dict(),
+                                  "design_size": run.config.protocol.design_size, "agent": acfg}, default=str))

@@ -221,7 +221,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         check_scheduler(args.scheduler)
         with connected(args.scheduler) as client, dask_training(client):
-            out = run.stage_train(ranker, force=True, part=args.part)  # the record does not know the scheduler
+            out = run.stage_train(ranker, force=True, part=args.part, trained_on="dask")  # a local run fits again
     else:
         out = run.stage_train(ranker, force=args.force, part=args.part)
     _print_route_hint(run, out)
@@ -278,6 +278,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ltrr.serve import ServeSettings, serve
 
+    settings = ServeSettings(max_queue=args.max_queue, timeout_s=args.timeout)  # checked before anything loads
     generator, template, packing = None, None, None  # default: the generator the router's labels measured
     if args.config:  # the run's generator, behind its generation cache, and its context packing
         from ltrr.config import load_config
@@ -289,7 +290,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         packing = packing_from_config(run.config.generation, run.config.context)
     _log(f"[serve] loading {args.model_dir}; listening on http://{args.host}:{args.port}/v1")
     serve(args.model_dir, host=args.host, port=args.port, generator=generator, template=template, packing=packing,
-          settings=ServeSettings(max_queue=args.max_queue, timeout_s=args.timeout))
+          settings=settings)
     return 0
 
 

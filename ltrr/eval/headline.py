@@ -222,7 +222,10 @@ def run_protocol(
     inputs = _inputs_fingerprint(run, labels, replicate, design_size=design_size, seed=seed, rankers=list(rankers),
                                  ranker_defaults={r: ranker_defaults(r) for r in rankers},
                                  train_labels=list(train_labels), n_folds=n_folds, routers=list(routers),
-                                 feature_sets=list(feature_sets or []), n_resamples=n_resamples)
+                                 feature_sets=list(feature_sets or []), n_resamples=n_resamples,
+                                 # the candidates are built with [train] params (run.make_router)
+                                 **({"train_params": dict(run.config.train.params)} if run.config.train.params
+                                    else {}))
     done = out_dir / "headline.json"
     if not force and done.is_file():
         old = json.loads(done.read_text())

@@ -29,8 +29,13 @@ def features_fingerprint(run: RunContext) -> str:
     and the CPU kernels numpy, faiss and torch compute with (`ltrr._cpu.numeric_kernels`): they
     change the features' last bits, which the rankers amplify, so tables made under other
     kernels (an older ltrr, or numpy imported before ltrr) are made again, not reused."""
-    return input_fingerprint({"retrieve": run.fingerprint_of("retrieve"), "features": run.config.features.to_dict(),
-                              "kernels": numeric_kernels()})
+    inputs = {"retrieve": run.fingerprint_of("retrieve"), "features": run.config.features.to_dict(),
+              "kernels": numeric_kernels()}
+    sets = {str(s) for s in [run.config.features.set, *run.config.protocol.feature_sets] if s}
+    files = {s: Path(s).read_text(encoding="utf-8") for s in sorted(sets) if Path(s).is_file()}
+    if files:  # a feature set of the user's own file: its content, since every later stage reads it
+        inputs["feature_set_files"] = files
+    return input_fingerprint(inputs)
 
 
 def features_fresh(run: RunContext, fingerprint: str) -> bool:

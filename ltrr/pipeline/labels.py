@@ -14,7 +14,8 @@ from ltrr.data.io import write_table_atomic
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
 
-__all__ = ["label_stage", "label_fingerprint", "replicate_queries", "label_replicate", "export_generations"]
+__all__ = ["label_stage", "label_fingerprint", "query_facts", "replicate_queries", "label_replicate",
+           "export_generations"]
 
 
 
@@ -41,6 +42,15 @@ def _progress(run: RunContext, fingerprint: str, phase: str, total: int, *, whol
     return StageProgress(progress_path(run.stage_record("label")), fingerprint=fingerprint, phase=phase, total=total)
 
 
+def _import_prebuilt(run: RunContext, cache) -> None:
+    """``[generation] prebuilt`` into ``cache`` (checksummed; rows it holds already are kept)."""
+    from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
+
+    name = run.config.generation.prebuilt
+    added = import_prebuilt(prebuilt_path(name), cache)
+    run.log(f"[label] prebuilt generation cache {name!r}: sha256 verified, {added} new rows imported")
+
+
 def _both(update, snap):
     return update if snap is None else (lambda n: (update(n), snap.update(n)))
 
@@ -50,7 +60,18 @@ def label_fingerprint(run: RunContext) -> str:
     lcfg = run.config.labels
     return input_fingerprint({"labels": lcfg.to_dict(), "generation": run.config.generation.to_dict(), "retrieve": run.fingerprint_of("retrieve"),
                               # the replicate's test part follows the protocol's partition
-                              "partition": run.config.protocol.design_size if lcfg.replicate_template else None})
+                              "partition": run.config.protocol.design_size if lcfg.replicate_template else None,
+                              "queries": query_facts(run.dataset.queries)})
+
+
+def query_facts(queries: pd.DataFrame) -> str:
+    """A digest of what the labels and every stage after them read of the queries besides their
+    text (the retrieval hashes that): the gold answers the labels score, and the type, group and
+    build round the partitions split by. Edited answers relabel; an edited type or group moves
+    queries between parts, so every stage after the labels runs again."""
+    from ltrr.data.trec import table_digest
+
+    return table_digest(queries, [c for c in ("qid", "answers", "qtype", "group", "build_round") if c in queries])
 
 
 def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None = None,
@@ -106,6 +127,8 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
         from ltrr.dist.label import fill_cache_on_dask
 
+        if gcfg.prebuilt and use_cache is not False:  # first, so the workers generate only what it lacks
+            _import_prebuilt(run, run.make_generator(use_cache=True).cache)
         fill_cache_on_dask(run, scheduler, use_cache=use_cache, timeout=scheduler_timeout)
     if not force and shard is None and only is None and run.is_fresh("label", fp, [out]):
         run.log(f"[label] skipped: inputs unchanged, labels in {out}")
@@ -122,10 +145,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     given = generator is not None
     generator = generator if given else run.make_generator(use_cache=use_cache)
     if gcfg.prebuilt and generator.enabled and not given:
-        from ltrr.generation.prebuilt import import_prebuilt, prebuilt_path
-
-        added = import_prebuilt(prebuilt_path(gcfg.prebuilt), generator.cache)
-        run.log(f"[label] prebuilt generation cache {gcfg.prebuilt!r}: sha256 verified, {added} new rows imported")
+        _import_prebuilt(run, generator.cache)
     if cache_only:
         from ltrr.generation.cache import CachedGenerator
 

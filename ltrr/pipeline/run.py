@@ -140,6 +140,8 @@ class Run:
                                       f"type of {self.dataset_path} ({', '.join(sorted(have)) or 'none'})")
                 self._dataset.queries = q[~q["qtype"].astype(str).isin(drop)].reset_index(drop=True)
             n = self.config.data.max_queries
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ConfigError(f"[data] max_queries (--questions) must be an integer >= 0 (0: all), got {n!r}")
             if n and n < len(self._dataset.queries):
                 self._dataset.queries = _stratified_sample(self._dataset.queries, n, self.config.seed)
         return self._dataset
@@ -204,7 +206,9 @@ class Run:
             # query type the run leaves out does not redo retrieval
             "corpus": _read_meta(self.dataset_path).get("tables", {}).get("corpus"),
         }
-        if is_irds(self.config.data.dataset):  # no build record: the corpus itself is hashed
+        if is_irds(self.config.data.dataset) or inputs["corpus"] is None:
+            # no build record (ir_datasets, a user's folder, a BEIR folder): the corpus itself is
+            # hashed, so an edited document retrieves again
             from ltrr.data.trec import table_digest
 
             inputs["corpus"] = table_digest(ds.corpus, ["docid", "title", "text"])
@@ -312,13 +316,32 @@ class Run:
         full["query_text"] = full["qid"].map(q)
         return full
 
+    def train_params(self, ranker: str) -> dict:
+        """``[train] params`` of ``ranker``, checked: every key names a registered ranker and
+        holds a table, and each of its keys is a parameter of that ranker (a typo was silently
+        dropped, or a traceback deep in training)."""
+        from ltrr.rankers import rankers
+
+        given = self.config.train.params
+        for name, table in given.items():
+            if name not in rankers:
+                raise ConfigError(f"[train] params names {name!r}, not a ranker; rankers: {', '.join(rankers.names())}")
+            if not isinstance(table, dict):
+                raise ConfigError(f"[train] params.{name} must be a table of the ranker's parameters, got {table!r}")
+            known = set(rankers.get(name)().get_params())
+            unknown = sorted(set(table) - known)
+            if unknown:
+                raise ConfigError(f"[train] params.{name}: {', '.join(unknown)} is not a parameter of {name} "
+                                  f"(its parameters: {', '.join(sorted(known))})")
+        return dict(given.get(ranker) or {})
+
     def make_router(self, name: str, ranker: str | None = None):
         from ltrr.routers import routers
 
         if ranker is not None:
             from ltrr.routers.ltr import LTRRouter
 
-            params = self.config.train.params.get(ranker, {}) if isinstance(self.config.train.params.get(ranker), dict) else {}
+            params = self.train_params(ranker)
             return LTRRouter(ranker=ranker, ranker_params=params, features=self.config.features.set,
                              pool_config={"retrievers": self.config.retrievers, "rerankers": self.config.rerankers,
                                           "arms": self.config.arms, "seed": self.config.seed},
@@ -418,7 +441,8 @@ class Run:
         template, which a trained router records (`ltrr.routers.LTRRouter.save`) and answers with."""
         return {"generation": backend_settings(self.config.generation), "template": str(self.config.generation.template)}
 
-    def stage_train(self, ranker: str | None = None, *, force: bool = False, part: str | None = None) -> Path:
+    def stage_train(self, ranker: str | None = None, *, force: bool = False, part: str | None = None,
+                    trained_on: str | None = None) -> Path:
         """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
 
         ``ranker`` defaults to the config's ``[train] ranker``. It is named by the config, never
@@ -428,6 +452,9 @@ class Run:
         ``part="design"`` fits on the protocol's design part alone (`protocol_part`) and saves to
         ``<workdir>/models/<ranker>-design``: a router held out from every test question, for
         stages that route test questions (`ltrr context run --router-part design`).
+
+        ``trained_on`` (``"dask"``: `ltrr train --scheduler`) marks the record: the model depends
+        on the workers' partitions, so a later local `ltrr train` fits again rather than keeping it.
         """
         from ltrr.routers.ltr import GENERATOR_FILE
 
@@ -458,7 +485,8 @@ class Run:
             self.log(f"[train] warning: {ranker}: {note}")
         router.save(out, labelled_with=self.labelled_with())
         dt = time.perf_counter() - t0
-        self.record(record, fp, dt, ranker=ranker, n_train_queries=router.n_train_queries_)
+        self.record(record, f"{fp}:{trained_on}" if trained_on else fp, dt, ranker=ranker,
+                    n_train_queries=router.n_train_queries_, **({"trained_on": trained_on} if trained_on else {}))
         self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {dt:.1f}s -> {out}")
         return out
 

@@ -48,6 +48,16 @@ class ServeSettings:
     max_tokens: int = 1_024  # the largest max_tokens a request may ask for
     api_key: str | None = None  # default: the LTRR_API_KEY environment variable; "" for none
 
+    def __post_init__(self) -> None:
+        from ltrr._errors import ConfigError
+
+        for name in ("max_queue", "max_body_bytes", "max_message_chars", "max_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # asyncio.Queue(0) has no bound
+                raise ConfigError(f"serve {name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise ConfigError(f"serve timeout must be a positive number of seconds, got {self.timeout_s!r}")
+
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
            param: str | None = None):
