@@ -245,7 +245,10 @@ def test_truncation_count_reaches_the_generation():
             "<think>I will write <answer>x</answer> later</think><answer>Canberra</answer>",
             "Canberra",
         ),
-        ("<think>never closed <answer>Canberra</answer>", "Canberra"),
+        ("<think>never closed <answer>Canberra</answer>", "Canberra"),  # ends on its answer: answered
+        # cut off while reasoning: a tag it mentions is no answer (the fallback asks again)
+        ("<think>The rule is to put it between <answer> and </answer>. Document 1 says Paris is the", None),
+        ("<think>I will write <answer>Lyon</answer> maybe. Actually Document 2 says", None),
         ("<answer>first</answer></answer>", None),
     ],
 )

@@ -90,6 +90,13 @@ def test_routed_frame_has_arm_and_router_score_and_composes(trained):
     assert (first["rank"] == 0).all() and set(first["qid"]) <= set(topics["qid"])
     with pytest.raises(DataError, match=r"lacks column\(s\) query"):
         routed(topics.rename(columns={"query": "text"}))
+    # the input's other columns pass through, as a PyTerrier retriever's do (query_0 of a rewrite)
+    rewritten = topics.assign(query_0=topics["query"], query=topics["query"] + " capital")
+    kept = routed(rewritten)
+    assert (kept["query_0"] == kept["qid"].map(dict(zip(topics["qid"], topics["query"], strict=True)))).all()
+    assert (kept["query"].str.endswith(" capital")).all()
+    empty = routed(rewritten.head(0))
+    assert "query_0" in empty.columns and empty["router_score"].dtype == np.float64  # as with rows
 
 
 def test_arm_mapping_must_cover_every_arm_the_router_can_choose(trained):

@@ -326,6 +326,15 @@ def test_packed_context_in_serving_and_route_answer(trained, capsys):
     assert out["context_tokens"] is not None and out["context_tokens"] <= 40 and out["passages"]
     assert main(["route", str(model), q, "--token-budget", "64"]) == 2
     assert "add --answer" in capsys.readouterr().err
+    # a prompt budget that drops a passage: the result lists what the prompt held, and says so
+    class Small(type(reader)):
+        context_length = 90  # the 33-token packed context fits the packing; the prompt around it does not
+
+    small = Small()
+    cut = LTRRouter.load(model).answer(q, small, packing=PackSpec(budget=100, top_m=2, depth=3))
+    assert cut["dropped_passages"] == 1 and len(cut["passages"]) == 2  # of the 3 packed
+    whole = LTRRouter.load(model).answer(q, reader, packing=spec)
+    assert (whole["dropped_passages"], whole["trimmed_passages"]) == (0, 0)
 
 
 def test_one_routing_path_and_no_state_between_calls(server):

@@ -229,6 +229,7 @@ def build_prompt(
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
 _ANSWER_TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 
 
 def parse_answer(text: str, template: PromptTemplate | str = DEFAULT_TEMPLATE) -> str | None:
@@ -239,7 +240,9 @@ def parse_answer(text: str, template: PromptTemplate | str = DEFAULT_TEMPLATE) -
     ``tagged`` templates: the content of ``<answer>...</answer>`` (tags case-insensitive), after
     removing closed ``<think>...</think>`` blocks so that a tag mentioned while reasoning does not
     count. Ill-formed, hence None: no tags, an unclosed or unopened tag, nested tags, an empty
-    answer, or several answer blocks that disagree. Several blocks with the same content (small
+    answer, several answer blocks that disagree, or a ``<think>`` still open before the first
+    answer tag with text after the last one (reasoning cut off by the token budget; the fallback
+    prompt then asks again). An unclosed ``<think>`` that ends on its answer block is answered. Several blocks with the same content (small
     models often repeat themselves) give that content.
 
     Examples
@@ -247,6 +250,8 @@ def parse_answer(text: str, template: PromptTemplate | str = DEFAULT_TEMPLATE) -
     >>> parse_answer("<think>...</think> <answer> Canberra </answer>")
     'Canberra'
     >>> parse_answer("<answer>Canberra") is None
+    True
+    >>> parse_answer("<think>I will write <answer>Lyon</answer> maybe. Actually Document 2") is None
     True
     """
     template = load_template(template)
@@ -257,6 +262,12 @@ def parse_answer(text: str, template: PromptTemplate | str = DEFAULT_TEMPLATE) -
     body = _THINK_BLOCK.sub(" ", text)
     tags = list(_ANSWER_TAG.finditer(body))
     if not tags or len(tags) % 2:
+        return None
+    unclosed = _THINK_OPEN.search(body)
+    if unclosed is not None and unclosed.start() < tags[0].start() and body[tags[-1].end():].strip():
+        # a <think> never closed, and text after the last answer: still reasoning (cut off by the
+        # token budget), so a tag it mentions is no answer. One that ends on its answer block (a
+        # small model forgetting </think>) is answered.
         return None
     answers = []
     for open_tag, close_tag in zip(tags[::2], tags[1::2], strict=True):

@@ -52,10 +52,16 @@ def _check_q_frame(topics: Any, who: str) -> pd.DataFrame:
     return topics
 
 
-def _empty_r(extra: list[str] = ()) -> pd.DataFrame:
+def _empty_r(extra: list[str] = (), *, floats: tuple[str, ...] = ()) -> pd.DataFrame:
     cols = {"qid": object, "query": object, "docno": object, "score": np.float64, "rank": np.int64, "text": object}
-    cols.update({c: object for c in extra})
+    cols.update({c: (np.float64 if c in floats else object) for c in extra})
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+
+
+def _carried(topics: pd.DataFrame) -> list[str]:
+    """The input frame's other columns (``query_0`` of a query rewrite, say), which a PyTerrier
+    retriever passes through to its R frame (``pt.rewrite.reset()`` reads ``query_0``)."""
+    return [c for c in topics.columns if c not in R_COLUMNS]
 
 
 class ArmTransformer(pt.Transformer):
@@ -81,17 +87,22 @@ class ArmTransformer(pt.Transformer):
         from ltrr.data.trec import ordering_scores
 
         topics = _check_q_frame(topics, f"arm {self.arm!r}")
+        carried = _carried(topics)
         if topics.empty:
-            return _empty_r()
+            return _empty_r(carried)
         queries = pd.DataFrame({"qid": topics["qid"].astype(str).to_numpy(), "question": topics["query"].to_numpy()})
         res = self.pool.search(queries, [self.arm])
         if res.empty:
-            return _empty_r()
+            return _empty_r(carried)
         out = pd.DataFrame({"qid": res["qid"].to_numpy(), "docno": res["docid"].astype(str).to_numpy(),
                             "score": ordering_scores(res).to_numpy(), "rank": res["rank"].to_numpy() - 1,
                             "text": res["text"].to_numpy()})
         out["query"] = out["qid"].map(dict(zip(queries["qid"], queries["question"], strict=True)))
-        return out[R_COLUMNS]
+        out = out[R_COLUMNS]
+        if carried:
+            extra = topics[carried].assign(qid=topics["qid"].astype(str)).drop_duplicates("qid")
+            out = out.merge(extra, on="qid", how="left")
+        return out
 
     def __repr__(self) -> str:
         return f"ArmTransformer({self.arm!r})"
@@ -181,7 +192,7 @@ class LTRRouterTransformer(pt.Transformer):
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
         topics = _check_q_frame(topics, "LTRRouterTransformer")
         if topics.empty:
-            return _empty_r(["arm", "router_score"])
+            return _empty_r([*_carried(topics), "arm", "router_score"], floats=("router_score",))
         choice = self.choose(topics)
         frames = []
         for arm, sub in choice.groupby("arm", sort=False):
@@ -192,7 +203,7 @@ class LTRRouterTransformer(pt.Transformer):
             if len(res):
                 frames.append(res.assign(qid=res["qid"].astype(str)))
         if not frames:
-            return _empty_r(["arm", "router_score"])
+            return _empty_r([*_carried(topics), "arm", "router_score"], floats=("router_score",))
         out = pd.concat(frames, ignore_index=True)
         out = out.merge(choice, on="qid", how="left")
         qpos = {q: i for i, q in enumerate(choice["qid"])}

@@ -2,8 +2,10 @@
 
 With ``[generation] context_budget = N`` an answer no longer reads the top arm's ``k`` passages:
 it reads the passages of the ``top_m`` best routed arms, each searched ``depth`` deep, packed
-into at most ``N`` tokens of the generator's tokenizer by a selector (`pack_passages`).
-``max_prompt_tokens`` stays the hard cap of the whole prompt. The ``[context]`` table sets the
+into at most ``N`` tokens of passage text, counted by the generator's tokenizer, by a selector
+(`pack_passages`). The prompt's ``Document i:`` headers and blank lines come on top (about 4
+tokens a passage), as do the question and the instructions; ``max_prompt_tokens`` stays the
+hard cap of the whole prompt. The ``[context]`` table sets the
 rest::
 
     [generation]
@@ -161,11 +163,11 @@ def pack_results(pool, queries: pd.DataFrame, arm_name: str, spec: PackSpec,
                  count_tokens: Callable[[str], int]) -> pd.DataFrame:
     """A packed arm's rows (``POOL_COLUMNS``) for ``queries``: each query's packing, rank 1..n."""
     deep = pool.search(queries, list(spec.arms), k=spec.depth)
-    by_q = {qid: g for qid, g in deep.groupby("qid", sort=False)}
+    by_q = {str(qid): g for qid, g in deep.groupby("qid", sort=False)}  # the pool names queries by str
     qvecs = question_embeddings(pool, queries["question"].astype(str).tolist()) \
         if spec.weights.similarity > 0 and len(deep) else [None] * len(queries)
     rows = []
-    for qid, question, qv in zip(queries["qid"], queries["question"], qvecs, strict=True):
+    for qid, question, qv in zip(queries["qid"].astype(str), queries["question"], qvecs, strict=True):
         g = by_q.get(qid)
         if g is None:
             continue

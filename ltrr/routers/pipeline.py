@@ -159,8 +159,11 @@ class RoutedPipeline:
     def answer(self, question: str) -> dict:
         """Route, then answer from the context (closed-book for no retrieval).
 
-        Returns ``arm`` (the arms read, joined by ``+`` when packed), ``answer``, ``passages``
-        (texts), ``ranking``, ``error`` and ``context_tokens``.
+        Returns ``arm`` (the arms read, joined by ``+`` when packed; the top arm with ``passages``
+        empty when the packing kept nothing, answered closed-book), ``answer``, ``passages``
+        (the texts the prompt holds: the ones the prompt's token budget dropped are left out),
+        ``dropped_passages`` and ``trimmed_passages`` (its cuts), ``ranking``, ``error`` and
+        ``context_tokens``.
         """
         from ltrr.generation import answer_with_fallback
 
@@ -173,5 +176,8 @@ class RoutedPipeline:
             arm = "+".join(dict.fromkeys(passages["arm"])) or arm
         texts = passages["text"].tolist()
         out = answer_with_fallback(self.generator, self.template, question, texts or None)
-        return {"arm": arm, "answer": out.answer, "passages": texts, "ranking": routed.ranking, "error": out.error,
-                "context_tokens": tokens}
+        dropped = out.prompt.n_dropped_passages if out.prompt else 0
+        trimmed = out.prompt.n_trimmed_passages if out.prompt else 0
+        return {"arm": arm, "answer": out.answer, "passages": texts[: len(texts) - dropped], "ranking": routed.ranking,
+                "error": out.error, "context_tokens": tokens, "dropped_passages": dropped,
+                "trimmed_passages": trimmed}
