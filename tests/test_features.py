@@ -507,6 +507,29 @@ def test_pipeline_imputes_no_retrieval_and_flags_it():
     assert lengths.mean() == pytest.approx(0.0, abs=1e-12) and lengths.std() == pytest.approx(1.0)
 
 
+def test_a_pipeline_refuses_raw_features_extracted_with_other_options(tmp_path):
+    """k, Moran's I neighbours and the query-type classifier change what a column means: raw
+    features extracted otherwise than the training ones are one DataError (they were accepted),
+    also after a save and load; a pipeline saved before the options were kept checks none."""
+    import dataclasses
+    import json
+
+    raw = synthetic_raw(n_queries=10, n_arms=3, seed=2)
+    raw = dataclasses.replace(raw, meta={**raw.meta, "k": None, "moran_neighbours": None, "query_type": "rules"})
+    pipe = FeaturePipeline(pca_dim=3).fit(raw)
+    other = dataclasses.replace(raw, meta={**raw.meta, "moran_neighbours": 2})
+    with pytest.raises(DataError, match=r"moran_neighbours 2 \(fit on None\)"):
+        pipe.transform(other)
+    loaded = FeaturePipeline.load(pipe.save(tmp_path / "p"))
+    with pytest.raises(DataError, match="other options than the pipeline was fit on"):
+        loaded.transform(other)
+    np.testing.assert_array_equal(loaded.transform(raw), pipe.transform(raw))
+    meta = json.loads((tmp_path / "p" / "pipeline.json").read_text())
+    del meta["fitted"]["extraction"]  # as saved by an older ltrr
+    (tmp_path / "p" / "pipeline.json").write_text(json.dumps(meta))
+    assert FeaturePipeline.load(tmp_path / "p").transform(other).shape == pipe.transform(raw).shape
+
+
 def test_pipeline_without_imputation_keeps_nan():
     raw = synthetic_raw(n_queries=10, n_arms=3, seed=2)
     pipe = FeaturePipeline(pca_dim=3, impute=False).fit(raw)

@@ -72,6 +72,15 @@ FORMAT_VERSION = 1
 META_FILE = "pipeline.json"
 
 
+#: `RawFeatures.meta` keys that change what a raw column means; a pipeline checks them at transform.
+_EXTRACTION = ("k", "moran_neighbours", "query_type")
+
+
+def _plain(value: Any) -> Any:
+    """A meta value as JSON gives it back (tuples as lists), to compare a saved one with a live one."""
+    return json.loads(json.dumps(value, default=str))
+
+
 class FeaturePipeline(TransformerMixin, BaseEstimator):
     """Raw features -> feature matrix, with every learnt statistic fit on training rows only.
 
@@ -182,6 +191,14 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                 f"raw features use encoder {enc!r} but the pipeline was fit on {self.encoder_!r}; "
                 "extract them with the same encoder"
             )
+        # the extraction options change what a column means (k passages, Moran's I neighbours,
+        # the query-type classifier); a pipeline saved before they were kept checks none
+        fitted = getattr(self, "extraction_", None) or {}
+        differ = {k: (v, meta.get(k)) for k, v in fitted.items() if k in meta and _plain(meta.get(k)) != v}
+        if differ:
+            said = ", ".join(f"{k} {got!r} (fit on {want!r})" for k, (want, got) in differ.items())
+            raise DataError(f"raw features extracted with other options than the pipeline was fit on: {said}; "
+                            "extract them as the training features were")
 
     # ---- fit / transform ---------------------------------------------------------------
     def fit(self, raw: RawFeatures, y=None):
@@ -225,6 +242,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             self.impute_values_ = np.asarray(imp.statistics_, dtype=np.float64)
         self.arms_ = [str(a) for a in raw.arms]
         self.encoder_ = str(raw.meta.get("encoder", ""))
+        self.extraction_ = {k: _plain(raw.meta[k]) for k in _EXTRACTION if k in raw.meta}
         self.raw_version_ = RAW_VERSION
         self.spec_ = spec
         self.feature_names_out_ = np.asarray(self._names(), dtype=object)
@@ -370,6 +388,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
                     "length_scale": self.length_scale_,
                     "arms": self.arms_,
                     "encoder": self.encoder_,
+                    "extraction": getattr(self, "extraction_", {}),
                     "feature_names_out": [str(n) for n in self.feature_names_out_],
                 },
                 "files": files,
@@ -440,6 +459,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         obj.length_scale_ = float(fitted["length_scale"])
         obj.arms_ = [str(a) for a in fitted["arms"]]
         obj.encoder_ = str(fitted["encoder"])
+        obj.extraction_ = dict(fitted.get("extraction") or {})  # absent in a pipeline saved before
         obj.raw_version_ = meta["raw_version"]
         obj.feature_names_out_ = np.asarray(fitted["feature_names_out"], dtype=object)
         obj.n_features_out_ = len(obj.feature_names_out_)
