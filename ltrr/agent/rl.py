@@ -136,8 +136,8 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
         f"{spec.steps} steps of {spec.prompts_per_step} x {spec.group_size} rollouts, alpha {alpha}")
     record = train_grpo(policy, rollouts, [text for _, text, _ in questions], out, spec, seed=run.config.seed,
                         log=log, show_progress=show_progress,
-                        fingerprint={"alpha": alpha, **_reward_settings(run)},  # the start policy by content:
-                        # train_grpo's ``policy``
+                        # the start policy by content is train_grpo's ``policy``
+                        fingerprint={"alpha": alpha, **_reward_settings(run)},
                         time_budget=time_budget,
                         records=[] if resume_from is None else [Path(resume_from) / "grpo.json"])
     plot = out / "training.png"

@@ -137,7 +137,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     - ``up to date``: `ltrr run` would skip it (`Stage.is_fresh`);
     - ``to run``: never run, an output is missing, or its inputs changed since its record (a long
       stage stopped part way says how far it got, `ltrr.progress`);
-    - ``running``: a long stage (the labelling) is running now, with how far it got and about how
+    - ``running``: a long stage (the labelling, the agent's eval) is running now, with how far it got and about how
       long is left (its progress snapshot);
     - ``waits``: an earlier stage whose record its inputs name is to run (`Run.records_read`),
       so whether it runs again is known only after that one;
