@@ -76,11 +76,6 @@ META_FILE = "pipeline.json"
 _EXTRACTION = ("k", "moran_neighbours", "query_type")
 
 
-def _plain(value: Any) -> Any:
-    """A meta value as JSON gives it back (tuples as lists), to compare a saved one with a live one."""
-    return json.loads(json.dumps(value, default=str))
-
-
 class FeaturePipeline(TransformerMixin, BaseEstimator):
     """Raw features -> feature matrix, with every learnt statistic fit on training rows only.
 
@@ -194,7 +189,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
         # the extraction options change what a column means (k passages, Moran's I neighbours,
         # the query-type classifier); a pipeline saved before they were kept checks none
         fitted = getattr(self, "extraction_", None) or {}
-        differ = {k: (v, meta.get(k)) for k, v in fitted.items() if k in meta and _plain(meta.get(k)) != v}
+        differ = {k: (v, meta.get(k)) for k, v in fitted.items() if k in meta and plain_json(meta.get(k), "raw features meta") != v}
         if differ:
             said = ", ".join(f"{k} {got!r} (fit on {want!r})" for k, (want, got) in differ.items())
             raise DataError(f"raw features extracted with other options than the pipeline was fit on: {said}; "
@@ -242,7 +237,7 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
             self.impute_values_ = np.asarray(imp.statistics_, dtype=np.float64)
         self.arms_ = [str(a) for a in raw.arms]
         self.encoder_ = str(raw.meta.get("encoder", ""))
-        self.extraction_ = {k: _plain(raw.meta[k]) for k in _EXTRACTION if k in raw.meta}
+        self.extraction_ = {k: plain_json(raw.meta[k], "raw features meta") for k in _EXTRACTION if k in raw.meta}
         self.raw_version_ = RAW_VERSION
         self.spec_ = spec
         self.feature_names_out_ = np.asarray(self._names(), dtype=object)
