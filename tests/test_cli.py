@@ -207,6 +207,17 @@ def test_train_params_are_checked_before_any_training(env, params, match):
         Run(load_config(str(cfg))).make_router("ltrr", "lambdamart-listwise")
 
 
+def test_a_bad_shard_fails_before_any_stage_runs(env, capsys):
+    """--shard is checked with --scheduler, before the data, index and retrieve stages (it
+    failed only after them: an index built for nothing)."""
+    cfg, _ = _tiny(env)
+    assert main(["label", str(cfg), "--shard", "2/2"]) == 2
+    assert "--shard" in _err(capsys)
+    assert main(["label", str(cfg), "--shard", "0/2", "--scheduler", "local:2"]) == 2
+    assert "give --shard or --scheduler, not both" in _err(capsys)
+    assert not (env / "data" / "indexes").exists() and not (env / "run").exists()
+
+
 def test_a_negative_question_count_is_one_error_line(env, capsys):
     cfg, _ = _tiny(env)
     assert main(["label", str(cfg), "--questions", "-3"]) == 2

@@ -126,6 +126,14 @@ def test_bad_requests_get_openai_errors(server):
     big = httpx.post(live.url + "/v1/chat/completions", json={"model": "ltrr", "messages": [
         {"role": "user", "content": "x" * 5000}]})
     assert big.status_code == 413 and big.json()["error"]["type"] == "invalid_request_error"
+
+    def chunked():  # no Content-Length: the body arrives in pieces and is refused at the limit
+        for _ in range(50):
+            yield b"x" * 1000
+
+    streamed = httpx.post(live.url + "/v1/chat/completions", content=chunked(), headers={"content-type": "application/json"})
+    assert "content-length" not in {k.lower() for k in streamed.request.headers}
+    assert streamed.status_code == 413 and "over 4000 bytes" in streamed.json()["error"]["message"]
     long = httpx.post(live.url + "/v1/route", json={"model": "ltrr", "question": "y" * 600})
     assert long.status_code == 400 and "longer than 500 characters" in long.json()["error"]["message"]
     for r in (bad, big, long):

@@ -178,6 +178,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         from ltrr.dist import check_scheduler
 
         check_scheduler(args.scheduler)  # a bad value fails before any work
+    shard = parse_shard(args.shard)  # so do a bad --shard and the --shard/--scheduler conflict
+    if args.scheduler and shard:
+        raise LtrrError("give --shard or --scheduler, not both")
     cfg = load_config(args.config)
     if args.questions is not None:
         d = cfg.to_dict()
@@ -186,9 +189,6 @@ def cmd_label(args: argparse.Namespace) -> int:
     run = Run(cfg, log=_log)
     for name in ("data", "index", "retrieve"):  # as `ltrr retrieve`: a fresh clone's label builds what it needs
         stages.get(name).execute(run, StageOptions())
-    shard = parse_shard(args.shard)
-    if args.scheduler and shard:
-        raise LtrrError("give --shard or --scheduler, not both")
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
                     tolerate_failures=True if args.tolerate_failures else None, shard=shard,
                     scheduler=args.scheduler, scheduler_timeout=args.scheduler_timeout, cache_only=args.cache_only)

@@ -219,9 +219,15 @@ def create_app(service, settings: "ServeSettings | None" = None):
             return _error(500, "internal error", "server_error")
 
     async def _body(request: Request) -> Any:
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise _Reject(413, f"the request body is over {settings.max_body_bytes} bytes")
+        # read in chunks and stop at the limit: a chunked body (no Content-Length, which the
+        # guard checks) is never held whole in memory
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > settings.max_body_bytes:
+                raise _Reject(413, f"the request body is over {settings.max_body_bytes} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
