@@ -127,8 +127,11 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
         from ltrr.dist.label import fill_cache_on_dask
 
-        if gcfg.prebuilt and use_cache is not False:  # first, so the workers generate only what it lacks
-            _import_prebuilt(run, run.make_generator(use_cache=True).cache)
+        if gcfg.prebuilt and (gcfg.use_cache if use_cache is None else use_cache):
+            from ltrr.generation.cache import GenerationCache
+
+            with GenerationCache(run.cache_path) as cache:  # first, so the workers generate only what it lacks
+                _import_prebuilt(run, cache)
         fill_cache_on_dask(run, scheduler, use_cache=use_cache, timeout=scheduler_timeout)
     if not force and shard is None and only is None and run.is_fresh("label", fp, [out]):
         run.log(f"[label] skipped: inputs unchanged, labels in {out}")

@@ -315,9 +315,9 @@ def create_app(service, settings: "ServeSettings | None" = None):
             return JSONResponse({**head, "object": "chat.completion" if chat else "text_completion",
                                  "choices": [choice], "usage": out["usage"], "ltrr": extra})
 
-        def chunk(piece: str | None, finish: str | None = None, **more) -> str:
+        def chunk(piece: str | None, finish: str | None = None, *, opening: bool = False, **more) -> str:
             if chat:
-                delta = {} if piece is None else {"content": piece}
+                delta = {"role": "assistant", "content": ""} if opening else {} if piece is None else {"content": piece}
                 choice = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
@@ -331,7 +331,7 @@ def create_app(service, settings: "ServeSettings | None" = None):
             # when the first reply holds no answer), which need the finished text. So the stream
             # carries that parsed answer in word pieces, not the model's raw tokens.
             if chat:
-                yield f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': [{'index': 0, 'delta': {'role': 'assistant', 'content': ''}, 'finish_reason': None}]})}\n\n"
+                yield chunk(None, opening=True)
             words = out["text"].split(" ")
             for i, w in enumerate(words):
                 yield chunk(w if i == 0 else " " + w)
