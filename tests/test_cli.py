@@ -480,6 +480,21 @@ def test_data_stats_prints_counts_as_integers(env, capsys):
     assert "| t | 3 | 3 | 3.3 | 1.0 |" in out, out
 
 
+def test_data_stats_of_one_beir_split_and_an_unknown_split(tmp_path, capsys):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "T", "text": "t1"}) + "\n")
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"{q}?"}) + "\n"
+                                                    for q in ("q1", "q2", "q3")))
+    (tmp_path / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td1\t1\n")
+    assert main(["data", "stats", str(tmp_path), "--split", "dev"]) == 0
+    assert "1 queries" in capsys.readouterr().out
+    assert main(["data", "stats", str(tmp_path)]) == 0
+    assert "3 queries" in capsys.readouterr().out
+    assert main(["data", "stats", str(tmp_path), "--split", "test"]) == 2
+    err = _err(capsys)
+    assert "no qrels split 'test' (qrels/test.tsv); its splits: dev" in err
+
+
 def test_quiet_and_verbose_set_the_level(env, capsys):
     cfg, _ = _tiny(env)
     assert main(["-q", "run", str(cfg), "--retrieval-only"]) == 0

@@ -26,32 +26,35 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # name -> (Config.fingerprint(), sha256 of json.dumps(to_dict()) without sorting: the key order)
 GOLDEN = {
+    # every config moved on purpose in session 36: [data] split (default "": every query of a BEIR
+    # folder, as before); no stage fingerprint reads the config's [data] fingerprint (the queries
+    # themselves are hashed: retrieve_fingerprint, the label's query facts)
     # every config moved on purpose in session 22: [eval] n_jobs (default 1), the eval stage's fits in
     # parallel processes; no stage fingerprint reads it (ltrr.pipeline.evaluate.eval_fingerprint)
     # session 22, the generator issue (25): `demo` is the relabelled, grown demo on Qwen (it extends
     # demo-qwen); the SmolLM2 demo it was is `demo-smollm2`, whose sections other than [run] and
     # [generation] prebuilt are the old demo's (GOLDEN_DEMO_SECTIONS); demo-full extends it
-    "demo": ("d66742ff83c102a9", "7907cf4b1fcd01fa"),  # session 27: demo-qwen's [context] selector
-    "demo-smollm2": ("01d32734f59d26a4", "dda5a389994e1730"),
+    "demo": ("d541839cfc28974f", "11426a57857283cb"),  # session 27: demo-qwen's [context] selector
+    "demo-smollm2": ("32ded8ddb2385be1", "53762db0c4a95d26"),
     # the three agent configs moved on purpose since (session 16): the LoRA learning rates,
     # [agent] sft 1e-4 -> 2e-3 (chosen on design scripts, benchmarks/lora_lr.py) and [agent] grpo
     # 1e-5 -> 1e-4 (ltrr.agent.grpo.GRPOSpec)
     # and again (session 17): [generation] prebuilt = "demo-agent", the shipped generations
-    "demo-agent": ("c5600ffa4764fcdb", "8822a5591c9a4081"),
-    "demo-agent-gpu": ("3654f6ae1ddb26a8", "84638cb79db49284"),
-    "demo-agent-unseen": ("680dc41493b9fe41", "d45b8d8ade61b1b5"),
-    "demo-agent-unseen-typed": ("2138d99e717741c1", "df5267e1080528ac"),  # session 27: scripts by type
-    "demo-agent-unseen-renamed": ("c7bfd9b62acc3265", "f5a20f6ba75b7334"),  # session 28: no real name in SFT
-    "demo-agent-qwen": ("d6fc4c25dfbc834d", "812e01e172bd66a7"),  # session 18: the router on Qwen's labels; 27: [context]
-    "demo-agent-qwen-unseen": ("955f78b875502faa", "b834da2a43e2beb8"),  # session 25: its SFT arm views, chosen on the design part; 27: [context]
-    "demo-agent-qwen-unseen-renamed": ("f53f12a7748fe2d7", "5bb5fe00e935dc93"),  # session 28: the renamed repeat
-    "demo-full": ("50badd998b1fa460", "11876c3cab7be994"),
-    "demo-qwen": ("0e5b45fcffceda39", "c6e7e14d19b7f0d0"),  # session 17: no likelihood label; session 27: [context]
+    "demo-agent": ("7b5f00eb404c4dd1", "5acca46bcdbc4360"),
+    "demo-agent-gpu": ("8b35e9c4ac19b49b", "d2ab64bd2224882b"),
+    "demo-agent-unseen": ("8f882cdc276eda4d", "ce601b47cda8c873"),
+    "demo-agent-unseen-typed": ("08572448210edb9b", "5919eb96087c87fb"),  # session 27: scripts by type
+    "demo-agent-unseen-renamed": ("796f31a2623dd5b0", "c4c829209962ce76"),  # session 28: no real name in SFT
+    "demo-agent-qwen": ("30d4732ec27da983", "39c1db81eaf51a44"),  # session 18: the router on Qwen's labels; 27: [context]
+    "demo-agent-qwen-unseen": ("7b3f57ad566c76b8", "6515e71c8eda4b95"),  # session 25: its SFT arm views, chosen on the design part; 27: [context]
+    "demo-agent-qwen-unseen-renamed": ("847b4d7517a58f95", "efea205ff1d3501c"),  # session 28: the renamed repeat
+    "demo-full": ("55a469fa8ea8d606", "35a79b166cdee5de"),
+    "demo-qwen": ("1fce8bb0c2a5354a", "2cf3a853b9b8199f"),  # session 17: no likelihood label; session 27: [context]
     # selector = "greedy-density", chosen on the design part (benchmarks/results/packing_density_demo_qwen)
-    "demo-signal": ("d883cb78208de0fd", "aa6955124837b8bb"),
+    "demo-signal": ("92e422e31286a31f", "11fa4136bff292f6"),
 }
 GOLDEN_DEMO_SECTIONS = {
-    "run": "d07f9905f3b609ed", "data": "1dddea9d98a3757f", "generation": "b3c2791cc8cbabba",
+    "run": "d07f9905f3b609ed", "data": "df3cf39f2643f3be", "generation": "b3c2791cc8cbabba",
     "labels": "e8d858a5c9c5c4bd", "features": "163d25d523dcb43a", "train": "0b5f9d586ae92f49",
     "eval": "c1f56982fa070b2f", "protocol": "8a8e7322e8737a0d", "policy": "ebd0481a142dda35",
     "context": "64c7ebbe168bfba8", "agent": "dd618a34a18e652b",
@@ -70,7 +73,7 @@ EDGE = {
     "retrievers": {"bm25": {"type": "bm25"}},
     "arms": [{"name": "none"}, {"name": "bm25", "retriever": "bm25", "k": 3}],
 }
-GOLDEN_EDGE = ("5c2bf1b77dc72c03", "dc84ee01541861d6")
+GOLDEN_EDGE = ("8e9dd8e32eeb5dcb", "0aff48f36179aa0d")
 
 
 def _order_hash(cfg: Config) -> str:

@@ -99,6 +99,39 @@ def test_beir_folder(tmp_path):
     assert ds.qrels.to_dict("records") == [{"qid": "q1", "docid": "d2", "relevance": 1}]
 
 
+def _beir_with_splits(folder):
+    (folder / "qrels").mkdir()
+    _write(folder / "corpus.jsonl", [json.dumps({"_id": "d1", "title": "T", "text": "t1"})])
+    _write(folder / "queries.jsonl", [json.dumps({"_id": q, "text": f"{q}?", "metadata": {"answers": ["a"]}})
+                                      for q in ("q1", "q2", "q3")])
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td1\t0\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq3\td1\t1\n")
+
+
+def test_a_beir_split_keeps_its_judgments_and_only_the_queries_judged_in_it(tmp_path):
+    """A BEIR folder holds the queries of every split in one queries.jsonl; a split's
+    judgments say which are its queries (q2, judged 0, is a train query too)."""
+    _beir_with_splits(tmp_path)
+    train = load_dataset(tmp_path, split="train")
+    assert train.queries["qid"].tolist() == ["q1", "q2"]
+    assert train.qrels["qid"].tolist() == ["q1", "q2"]
+    test = load_dataset(tmp_path, split="test")
+    assert test.queries["qid"].tolist() == ["q3"]
+    everything = load_dataset(tmp_path)  # no split: every query, the test split's judgments
+    assert everything.queries["qid"].tolist() == ["q1", "q2", "q3"]
+    assert everything.qrels["qid"].tolist() == ["q3"]
+
+
+def test_an_unknown_beir_split_is_one_error_naming_the_splits(tmp_path):
+    _beir_with_splits(tmp_path)
+    with pytest.raises(DataError, match=r"no qrels split 'dev' \(qrels/dev\.tsv\); its splits: test, train"):
+        load_dataset(tmp_path, split="dev")
+    (tmp_path / "qrels" / "train.tsv").unlink()
+    (tmp_path / "qrels" / "test.tsv").unlink()
+    with pytest.raises(DataError, match=r"its splits: none \(the split option is for a BEIR folder\)"):
+        load_dataset(tmp_path, split="test")
+
+
 def test_a_qrels_tsv_beside_the_queries_is_read(tmp_path):
     """data/README.md: a dataset folder holds queries.*, corpus.* and optionally qrels.*; a
     qrels.tsv at the top was skipped without a word (and retrieval evaluation with it)."""

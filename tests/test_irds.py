@@ -102,3 +102,24 @@ def test_unknown_irds_id_is_one_clear_error(irds_home, capsys):
     cfg.write_text(config_text("irds:no/such-set", root / "u"))
     assert main(["retrieve", str(cfg)]) == 2
     assert "unknown ir_datasets id 'no/such-set'" in capsys.readouterr().err
+
+
+def test_a_split_is_refused_for_an_ir_datasets_id_and_taken_for_a_beir_folder(irds_home, tmp_path):
+    """An ir_datasets id names its split itself (``beir/nq`` vs ``beir/msmarco/dev``); a BEIR
+    folder's ``[data] split`` keeps the queries judged in ``qrels/<split>.tsv``."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    root, _ = irds_home
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(config_text(f"irds:{NAME}", tmp_path / "run", extra='split = "test"'))
+    with pytest.raises(ConfigError, match=r"\[data\] split is for a BEIR folder; an ir_datasets id names its split"):
+        _ = Run(load_config(cfg)).dataset
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "T", "text": "t1"}) + "\n")
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": f"{q}?", "metadata": {"answers": ["a"]}})
+                                                + "\n" for q in ("q1", "q2")))
+    (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td1\t1\n")
+    cfg.write_text(config_text(beir, tmp_path / "run", extra='split = "dev"'))
+    assert Run(load_config(cfg)).dataset.queries["qid"].tolist() == ["q2"]

@@ -118,7 +118,7 @@ def cmd_data_stats(args: argparse.Namespace) -> int:
     from ltrr._tables import markdown_table
     from ltrr.data.io import load_dataset
 
-    ds = load_dataset(args.path)
+    ds = load_dataset(args.path, split=args.split or "")
     q = ds.queries
     _out(f"dataset {ds.path}: {len(q)} queries, {q['group'].nunique()} groups, {len(ds.corpus)} documents, "
          f"{0 if ds.qrels is None else len(ds.qrels)} qrels")
@@ -433,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_data_build)
     s = dsub.add_parser("stats", help="counts of a dataset folder")
     s.add_argument("path", help="dataset folder or built dataset name")
+    add_field_flag(s, DataSection, "split", "--split", default=FIELD_DEFAULT, metavar="NAME",
+                   help="a BEIR folder's qrels split: count only the queries judged in it")
     s.set_defaults(func=cmd_data_stats)
 
     i = sub.add_parser("index", help="build the indexes of a config's retrievers")

@@ -208,8 +208,31 @@ def resolve_dataset(name_or_path: str | Path) -> Path:
     raise NotBuiltError(f"dataset folder {p} does not exist")
 
 
-def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> Dataset:
-    """Load a dataset folder (ours or BEIR) or a built dataset by name."""
+def _beir_splits(folder: Path) -> dict[str, Path]:
+    """The qrels splits of a BEIR folder: ``qrels/<split>.tsv`` by split name."""
+    qdir = folder / "qrels"
+    return {t.stem: t for t in sorted(qdir.glob("*.tsv"))} if qdir.is_dir() else {}
+
+
+def load_dataset(name_or_path: str | Path, *, require_answers: bool = False, split: str = "") -> Dataset:
+    """Load a dataset folder (ours or BEIR) or a built dataset by name.
+
+    Parameters
+    ----------
+    name_or_path : str or Path
+        A built dataset's name (``demo``) or a folder.
+    require_answers : bool, default False
+        Refuse queries without gold answers.
+    split : str, default ""
+        A BEIR folder's qrels split (``qrels/<split>.tsv``): its judgments are loaded and the
+        queries are only those judged in it, as BEIR evaluates a split. Empty: every query of
+        ``queries.jsonl``, with the ``test`` split's judgments (else the first split's).
+
+    Raises
+    ------
+    DataError
+        The folder lacks queries or corpus, or ``split`` is not one of its qrels splits.
+    """
     folder = resolve_dataset(name_or_path)
     if not folder.is_dir():
         raise DataError(f"{folder}: a dataset is a folder with queries and corpus tables")
@@ -217,20 +240,29 @@ def load_dataset(name_or_path: str | Path, *, require_answers: bool = False) -> 
     c = _first(folder, ("corpus",))
     if q is None or c is None:
         raise DataError(f"{folder}: needs queries.(parquet|jsonl) and corpus.(parquet|jsonl)")
-    qrels = None
-    qr = _first(folder, ("qrels",))
-    if qr is None:
-        qr = next((folder / f"qrels{ext}" for ext in (".tsv", ".trec", ".qrels", ".txt")
-                   if (folder / f"qrels{ext}").is_file()), None)
-    if qr is None and (folder / "qrels").is_dir():
-        tsvs = sorted((folder / "qrels").glob("*.tsv"))
-        qr = next((t for t in tsvs if t.stem == "test"), tsvs[0] if tsvs else None)
+    splits = _beir_splits(folder)
+    if split:
+        if split not in splits:
+            raise DataError(f"{folder}: no qrels split {split!r} (qrels/{split}.tsv); its splits: "
+                            f"{', '.join(splits) or 'none (the split option is for a BEIR folder)'}")
+        qr: Path | None = splits[split]
+    else:
+        qr = _first(folder, ("qrels",))
+        if qr is None:
+            qr = next((folder / f"qrels{ext}" for ext in (".tsv", ".trec", ".qrels", ".txt")
+                       if (folder / f"qrels{ext}").is_file()), None)
+        if qr is None and splits:
+            qr = splits.get("test", next(iter(splits.values())))
     queries = load_queries(q, require_answers=require_answers)
+    qrels = None
     if qr is not None:
         from ltrr.data.trec import check_qrels_match
 
         qrels = load_qrels(qr)
         check_qrels_match(qrels, queries, str(qr))
+        if split:
+            judged = set(qrels["qid"].astype(str))
+            queries = queries[queries["qid"].astype(str).isin(judged)].reset_index(drop=True)
     return Dataset(
         name=folder.name,
         queries=queries,

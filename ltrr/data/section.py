@@ -33,3 +33,5 @@ class DataSection(Section):
     max_queries: int = setting(int, 0, help="questions the run keeps (0: all; else a seeded, type-stratified "
                                             "sample)")
     answers: str = setting(str, "", help="a qid -> answers table for a dataset without them (irds:<id>)")
+    split: str = setting(str, "", help="a BEIR folder's qrels split: its judgments, and only the queries judged "
+                                       "in it (empty: every query, with the test split's judgments)")

@@ -125,9 +125,12 @@ class Run:
         if self._dataset is None:
             name, answers = self.config.data.dataset, self.config.data.answers or None
             if is_irds(name):
+                if self.config.data.split:
+                    raise ConfigError(f"[data] split is for a BEIR folder; an ir_datasets id names its split "
+                                      f"itself ({name!r})")
                 self._dataset = load_irds(name, answers=answers)
             else:
-                self._dataset = load_dataset(self.dataset_path)
+                self._dataset = load_dataset(self.dataset_path, split=self.config.data.split)
                 if answers:
                     self._dataset.queries = attach_answers(self._dataset.queries, answers)
             drop = [str(t) for t in self.config.data.exclude_qtypes]
