@@ -170,8 +170,12 @@ def _read(path_or_name: str | Path) -> tuple[dict, str]:
             )
         return _parse(res.read_text(encoding="utf-8"), ".toml", f"<packaged {path_or_name}>"), f"packaged:{path_or_name}"
     if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
-    return _parse(p.read_text(encoding="utf-8-sig"), p.suffix.lower(), str(p)), str(p.resolve())
+        raise ConfigError(f"config file {p} " + ("is a directory, not a file" if p.is_dir() else "does not exist"))
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {p} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    return _parse(text, p.suffix.lower(), str(p)), str(p.resolve())
 
 
 def _parse(text: str, suffix: str, where: str) -> dict:

@@ -12,13 +12,12 @@ because every stage writes atomically. Heavy libraries are imported inside the c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from ltrr._errors import LtrrError
 from ltrr._version import __version__
-from ltrr.cli._flags import FIELD_DEFAULT, add_field_flag, add_renamed, parse_shard
+from ltrr.cli._flags import add_field_flag, add_renamed, parse_shard
 from ltrr.config import TrainSection
 from ltrr.data.section import DataSection
 
@@ -37,102 +36,6 @@ def _out(msg: str) -> None:
     print(msg, flush=True)
 
 
-# ---- data --------------------------------------------------------------------------------
-def cmd_data_build(args: argparse.Namespace) -> int:
-    from ltrr.data.build import build_dataset
-
-    folder = build_dataset(
-        args.name, out=args.out, seed=args.seed, n_per_type=args.n_per_type,
-        n_noanswer=args.n_noanswer, n_multihop=args.n_multihop, grow_per_type=args.grow_per_type,
-        grow_noanswer=args.grow_noanswer, force=args.force, log=_log,
-    )
-    if args.no_datasheet:
-        return 0
-    from ltrr.config import load_config, validate
-
-    cfg = load_config(args.config) if args.config else load_config("demo")
-    data = cfg.to_dict()
-    data["data"]["dataset"] = str(folder)
-    data["data"]["max_queries"] = 0  # the datasheet describes every query, not a run's sample
-    data["data"]["exclude_qtypes"] = []
-    cfg = validate(data, cfg.source)
-    text = write_datasheet(cfg, folder, datasheet=args.datasheet)
-    _out(text.split("### Which family")[1].split("\n\n")[1] if "### Which family" in text else "")
-    return 0
-
-
-def write_datasheet(cfg, folder: Path, *, datasheet: str | None) -> str:
-    """Run the config's pool over the dataset and write DATASHEET.md (and ``datasheet``)."""
-
-    from ltrr.data.datasheet import DATASHEET_MEASURES, family_wins, render_datasheet
-    from ltrr.data.io import write_text_atomic
-    from ltrr.eval.retrieval import expand_measures, measure_tables
-    from ltrr.pipeline import Run
-
-    run = Run(cfg, log=_log)
-    run.stage_index()
-    pool = run.pool.load(run.index_dir)
-    ds = run.dataset
-    _log(f"[datasheet] running {len(pool.arm_names)} arms over {len(ds.queries)} queries ...")
-    from ltrr._log import progress_enabled
-
-    results = pool.search(ds.queries, show_progress=progress_enabled())
-    k = max(a.k for a in pool.arms if not a.is_no_retrieval)
-    measures = expand_measures(DATASHEET_MEASURES, [a.k for a in pool.arms if not a.is_no_retrieval])
-    retrieving = [a.name for a in pool.arms if not a.is_no_retrieval]
-    tables = measure_tables(results, ds.queries, ds.qrels, measures, arms=retrieving)
-    fams = {}
-    for arm in pool.arms:
-        if arm.is_no_retrieval or arm.is_packed or arm.reranker not in (None, "none"):
-            continue
-        fams.setdefault(cfg.retrievers[arm.retriever]["type"], arm.name)
-    wins = family_wins(results, ds.qrels, fams)
-    meta = json.loads((folder / "meta.json").read_text())
-    text = render_datasheet(meta, ds.queries, tables, wins, k)
-    write_text_atomic(folder / "DATASHEET.md", text + "\n")
-    write_text_atomic(folder / "family_wins.json", json.dumps(wins, indent=2))
-    if datasheet:
-        _splice(Path(datasheet), text)
-        _log(f"[datasheet] updated {datasheet}")
-    _log(f"[datasheet] {folder / 'DATASHEET.md'}")
-    return text
-
-
-_START, _END = "<!-- datasheet:start -->", "<!-- datasheet:end -->"
-
-
-def _splice(path: Path, text: str) -> None:
-    """Replace the generated section of a README between the datasheet markers."""
-    from ltrr.data.io import write_text_atomic
-
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{_START}\n{text}\n{_END}"
-    if _START in old and _END in old:
-        new = old[: old.index(_START)] + block + old[old.index(_END) + len(_END):]
-    else:
-        new = (old.rstrip() + "\n\n" if old else "") + block + "\n"
-    write_text_atomic(path, new)
-
-
-def cmd_data_stats(args: argparse.Namespace) -> int:
-    from ltrr._tables import markdown_table
-    from ltrr.data.io import load_dataset
-
-    ds = load_dataset(args.path, split=args.split or "")
-    q = ds.queries
-    _out(f"dataset {ds.path}: {len(q)} queries, {q['group'].nunique()} groups, {len(ds.corpus)} documents, "
-         f"{0 if ds.qrels is None else len(ds.qrels)} qrels")
-    per = q.groupby("qtype").agg(queries=("qid", "size"), groups=("group", "nunique"))
-    per["mean_words"] = q.groupby("qtype")["question"].apply(lambda s: s.str.split().str.len().mean())
-    per["mean_answers"] = q.groupby("qtype")["answers"].apply(lambda s: s.map(len).mean())
-    # counts print as integers, means with one decimal
-    per = per.astype({"queries": "int64", "groups": "int64"}).astype(object)
-    for col in ("mean_words", "mean_answers"):
-        per[col] = per[col].map(lambda v: f"{v:.1f}")
-    _out(markdown_table(per))
-    return 0
-
-
 # ---- retrieval ---------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
@@ -149,11 +52,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
 
+    if args.k < 0:
+        raise LtrrError(f"-k must be >= 0 (0: every passage of the arm), got {args.k}")
     run = Run(load_config(args.config), log=lambda m: None)
     pool = run.pool
     if args.arm not in pool.arm_names:
         raise LtrrError(f"unknown arm {args.arm!r}; the pool has: {', '.join(pool.arm_names)}")
-    pool.load(run.index_dir)
+    pool.load(run.index_dir, corpus=run.dataset.corpus)  # never an index of other documents
     res = pool.search([args.text], arms=[args.arm])
     if args.k:
         res = res[res["rank"] <= args.k]
@@ -161,7 +66,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         _out(res.drop(columns=["qid"]).to_json(orient="records", force_ascii=False))
         return 0
     if res.empty:
-        _out(f"arm {args.arm!r} retrieves nothing (the no-retrieval arm answers closed-book)")
+        closed = next(a for a in pool.arms if a.name == args.arm).is_no_retrieval
+        _out(f"arm {args.arm!r} retrieves nothing " + ("(the no-retrieval arm answers closed-book)" if closed
+                                                      else "for this question"))
     for r in res.itertuples():
         text = r.text.replace("\n", " | ")
         _out(f"{r.rank:>2}  {r.score:8.4f}  {r.docid}  {text[:110]}")
@@ -178,15 +85,23 @@ def cmd_label(args: argparse.Namespace) -> int:
         from ltrr.dist import check_scheduler
 
         check_scheduler(args.scheduler)  # a bad value fails before any work
-    shard = parse_shard(args.shard)  # so do a bad --shard and the --shard/--scheduler conflict
+    shard = parse_shard(args.shard)  # so do a bad --shard and the flags' conflicts
     if args.scheduler and shard:
         raise LtrrError("give --shard or --scheduler, not both")
+    if args.cache_only and (args.no_cache or args.scheduler):
+        raise LtrrError(f"--cache-only labels from the generation cache here: not with "
+                        f"{'--no-cache' if args.no_cache else '--scheduler'}")
+    if not args.scheduler_timeout > 0:  # NaN too
+        raise LtrrError(f"--scheduler-timeout must be a number of seconds > 0, got {args.scheduler_timeout}")
     cfg = load_config(args.config)
     if args.questions is not None:
         d = cfg.to_dict()
         d["data"]["max_queries"] = args.questions
         cfg = validate(d, cfg.source)
     run = Run(cfg, log=_log)
+    from ltrr.pipeline.labels import check_label_settings
+
+    check_label_settings(run)  # a typo in a name fails now, not after the index and retrieval
     for name in ("data", "index", "retrieve"):  # as `ltrr retrieve`: a fresh clone's label builds what it needs
         stages.get(name).execute(run, StageOptions())
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
@@ -199,8 +114,10 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_features(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import check_inputs_current
 
     run = Run(load_config(args.config), log=_log)
+    check_inputs_current(run, "features")  # never the labels of another config sharing the workdir
     run.stage_features(force=args.force)
     return 0
 
@@ -215,6 +132,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ltrr.rankers import rankers
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
+    from ltrr.pipeline.stages import check_inputs_current
+
+    check_inputs_current(run, "train")  # never the labels of another config sharing the workdir
     if args.scheduler:
         from ltrr.dist import check_scheduler, connected
         from ltrr.dist.rankers import dask_training
@@ -276,9 +196,10 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ltrr.serve import ServeSettings, serve
+    from ltrr.serve import ServeSettings, check_address, serve
 
     settings = ServeSettings(max_queue=args.max_queue, timeout_s=args.timeout)  # checked before anything loads
+    check_address(args.host, args.port)
     generator, template, packing = None, None, None  # default: the generator the router's labels measured
     if args.config:  # the run's generator, behind its generation cache, and its context packing
         from ltrr.config import load_config
@@ -297,8 +218,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import check_inputs_current
 
     run = Run(load_config(args.config), log=_log)
+    check_inputs_current(run, "eval")  # never the labels of another config sharing the workdir
     paths = run.stage_eval(force=args.force)
     _print_tables(run)
     _print_results(run, paths)
@@ -373,6 +296,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     _log(f"ltrr run {cfg.name}: seed {cfg.seed}, workdir {cfg.workdir}")
     run = Run(cfg, log=_log)
+    if not args.retrieval_only:
+        from ltrr.pipeline.labels import check_label_settings
+
+        check_label_settings(run)  # a typo in a name fails now, not after the index and retrieval
     options = StageOptions(force=args.force, tolerate_failures=True if args.tolerate_failures else None)
     run_stages(run, until="retrieve" if args.retrieval_only else None, options=options, out=_out)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
@@ -384,6 +311,8 @@ def cmd_retrieve(args: argparse.Namespace) -> int:
     from ltrr.pipeline import Run
     from ltrr.pipeline.stages import StageOptions, stages
 
+    if args.router and not args.trec:
+        raise LtrrError("--router names the router whose choices --trec writes: give --trec DIR too")
     run = Run(load_config(args.config), log=_log)
     options = StageOptions(force=args.force)
     done: dict = {}
@@ -411,31 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also debug lines: why each stage ran or was skipped")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    data = sub.add_parser("data", help="build or inspect datasets")
-    dsub = data.add_subparsers(dest="data_command", metavar="ACTION")
-    b = dsub.add_parser("build", help="build a named dataset (demo) offline")
-    b.add_argument("name", help="dataset to build: demo")
-    b.add_argument("--out", help="output folder (default: data/built/NAME)")
-    add_field_flag(b, DataSection, "build_seed", "--seed", default=FIELD_DEFAULT)
-    add_field_flag(b, DataSection, "n_per_type", "--n-per-type", default=FIELD_DEFAULT)
-    add_field_flag(b, DataSection, "n_noanswer", "--n-noanswer", default=FIELD_DEFAULT)
-    add_field_flag(b, DataSection, "n_multihop", "--n-multihop", default=FIELD_DEFAULT,
-                   help="two-hop bridge questions (at most; the corpus gives fewer)")
-    add_field_flag(b, DataSection, "grow_per_type", "--grow-per-type", default=FIELD_DEFAULT,
-                   help="a second round: this many more of each generated type, from unused documents (the "
-                        "first round is unchanged)")
-    add_field_flag(b, DataSection, "grow_noanswer", "--grow-noanswer", default=FIELD_DEFAULT,
-                   help="a second round: this many more noanswer questions")
-    b.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    b.add_argument("--config", help="config whose pool measures the datasheet's recall (default: demo)")
-    b.add_argument("--datasheet", help="also splice the datasheet into this Markdown file (e.g. data/README.md)")
-    b.add_argument("--no-datasheet", action="store_true", help="skip indexing and the datasheet")
-    b.set_defaults(func=cmd_data_build)
-    s = dsub.add_parser("stats", help="counts of a dataset folder")
-    s.add_argument("path", help="dataset folder or built dataset name")
-    add_field_flag(s, DataSection, "split", "--split", default=FIELD_DEFAULT, metavar="NAME",
-                   help="a BEIR folder's qrels split: count only the queries judged in it")
-    s.set_defaults(func=cmd_data_stats)
+    from ltrr.cli.data import add_parser as add_data_parser
+
+    add_data_parser(sub, _log, _out)
 
     i = sub.add_parser("index", help="build the indexes of a config's retrievers")
     i.add_argument("config", help="config file (TOML/YAML) or packaged name (demo)")
@@ -570,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141  # 128 + SIGPIPE
+    except OSError as exc:  # the file system said no (a missing folder, a directory for a file, no permission)
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        print(f"ltrr: error: {exc.strerror or type(exc).__name__}{': ' + where if where else ''}", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

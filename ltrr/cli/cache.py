@@ -14,7 +14,7 @@ from ltrr._errors import LtrrError
 def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Register ``ltrr cache`` on the CLI's subparsers."""
     ca = sub.add_parser("cache", help="inspect the generation cache")
-    csub = ca.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub = ca.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     cs = csub.add_parser("stats", help="rows, size, per-model counts and corrupt rows")
     cs.add_argument("path", nargs="?", help="cache file (default: data/cache/generations.sqlite)")
     cs.set_defaults(func=lambda a: _stats(a, out))
@@ -62,13 +62,17 @@ def _extract(args: argparse.Namespace, out) -> int:
 
 def _merge(args: argparse.Namespace, log) -> int:
     from ltrr.data.io import default_generation_cache
-    from ltrr.generation.cache import GenerationCache
-    from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt
+    from ltrr.generation.cache import GenerationCache, check_cache_file
+    from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt, read_prebuilt
 
     into = Path(args.into) if args.into else default_generation_cache()
-    for src in args.sources:  # check every source before writing anything
+    for src in args.sources:  # check every source before writing anything: no half-merged cache
         if not Path(src).is_file():
             raise LtrrError(f"no generation cache at {src}")
+        if str(src).endswith(SUFFIXES):
+            read_prebuilt(src)  # its sha256 and row count
+        else:
+            check_cache_file(src)
     with GenerationCache(into) as cache:
         for src in args.sources:
             if str(src).endswith(SUFFIXES):

@@ -27,6 +27,15 @@ def table_checksum(df: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
+def _is_build(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier build (its ``meta.json`` names a builder)."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("params"), dict) and "builder" in meta["params"]
+
+
 def build_dataset(
     name: str,
     *,
@@ -49,7 +58,16 @@ def build_dataset(
     """
     if name not in BUILDERS:
         raise ConfigError(f"unknown dataset builder {name!r}; choose one of: {', '.join(BUILDERS)}")
+    counts = {"seed": seed, "n_per_type": n_per_type, "n_noanswer": n_noanswer, "n_multihop": n_multihop,
+              "grow_per_type": grow_per_type, "grow_noanswer": grow_noanswer}
+    for key, val in counts.items():
+        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+            raise ConfigError(f"dataset build: {key} must be an integer >= 0, got {val!r}")
     final = Path(out) if out else data_root() / "built" / name
+    if final.exists() and not _is_build(final):
+        # a build replaces its folder whole: never a folder (or file) that is not an earlier build
+        raise ConfigError(f"{final} exists and is not a built dataset (no meta.json of a build); "
+                          "give --out a new folder or an earlier build's")
     params = {"builder": name, "seed": seed, "n_per_type": n_per_type, "n_noanswer": n_noanswer,
               "n_multihop": n_multihop}
     if grow_per_type or grow_noanswer:  # a one-round build keeps the record it always had

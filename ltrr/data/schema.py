@@ -38,6 +38,8 @@ def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"{what} must be a pandas DataFrame, got {type(df).__name__}")
     missing = [c for c in columns if c not in df.columns]
+    if missing and not len(df.columns):
+        raise DataError(f"{what} table is empty")
     if missing:
         raise DataError(
             f"{what} table is missing column(s) {', '.join(missing)}; it has {', '.join(map(str, df.columns))}"
@@ -124,5 +126,11 @@ def validate_qrels(df: pd.DataFrame) -> pd.DataFrame:
             raise DataError(f"qrels row {int(empty.to_numpy().argmax())} has no {col}")
     df["qid"] = df["qid"].astype(str)
     df["docid"] = df["docid"].astype(str)
-    df["relevance"] = pd.to_numeric(df["relevance"], errors="raise").astype(int)
+    rel = pd.to_numeric(df["relevance"], errors="coerce")
+    bad = ~rel.map(lambda v: bool(v == v) and float(v).is_integer())  # NaN, inf and 0.5 are not grades
+    if bad.any():
+        i = int(bad.to_numpy().argmax())
+        raise DataError(f"qrels row {i} (qid {df['qid'].iloc[i]!r}): relevance {str(df['relevance'].iloc[i])!r} is not "
+                        "an integer grade")
+    df["relevance"] = rel.astype(int)
     return df.reset_index(drop=True)

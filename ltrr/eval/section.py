@@ -8,6 +8,7 @@ in setup.cfg).
 
 from __future__ import annotations
 
+from ltrr._errors import ConfigError
 from ltrr._sections import Section, section, setting
 
 __all__ = ["EvalSection", "ProtocolSection"]
@@ -28,11 +29,17 @@ class EvalSection(Section):
     n_folds: int = setting(int, 5, help="cross-validation folds")
     n_bootstrap: int = setting(int, 1000, help="bootstrap resamples of the confidence intervals")
     correction: str = setting(str, "bonferroni", help="the multiple-comparison correction of the paired tests")
-    metric: str = setting(str, "", help="the routing metric (default: [labels] metric)")
+    metric: str = setting(str, "", help="not read, and refused when set: the routers are judged on the labels' "
+                                        "utility ([labels] metric); kept so that eval fingerprints stay")
     k: int = setting(int, 3, help="the routing cut-off")
     retrieval_measures: list = setting(list, [], help="ir_measures strings of the retrieval tables; [] = nDCG@10, "
                                                       "R@k at the arms' k, RR, P@1")
     n_jobs: int = setting(int, 1, help="splits fitted in parallel processes, one job each (same tables)")
+
+    def __post_init__(self) -> None:
+        if self.metric:  # the key stays, empty, so that every config's eval fingerprint stays
+            raise ConfigError(f"[eval] metric = {self.metric!r} is not read: the routers are judged on the labels' "
+                              "utility, so set [labels] metric instead (and drop [eval] metric)")
 
 
 @section("protocol")

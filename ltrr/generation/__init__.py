@@ -60,6 +60,7 @@ __all__ = [
     "PromptTemplate",
     "TransformersGenerator",
     "answer_batch",
+    "check_generator_options",
     "answer_with_fallback",
     "available_templates",
     "build_prompt",
@@ -99,6 +100,19 @@ def make_generator(config: Mapping[str, Any] | None = None) -> Generator:
     MissingDependencyError
         The backend's optional dependency is missing.
     """
+    cls, options = check_generator_options(config)
+    return cls(**options)
+
+
+def check_generator_options(config: Mapping[str, Any] | None = None) -> tuple[type, dict[str, Any]]:
+    """The backend class and constructor options of a generator config table, checked as
+    `make_generator` checks them, without building (or loading) anything.
+
+    Raises
+    ------
+    ConfigError
+        Unknown backend, unknown or secret keys.
+    """
     if config is None:
         config = {}
     if not isinstance(config, Mapping):
@@ -123,4 +137,4 @@ def make_generator(config: Mapping[str, Any] | None = None) -> Generator:
             f"unknown option(s) {unknown} for the {backend!r} generator backend; "
             f"accepted: {', '.join(accepted)}"
         )
-    return cls(**options)
+    return cls, options

@@ -12,13 +12,14 @@ sends to the backend, and WAL mode keeps committed rows through a SIGKILL of the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ltrr._atomic import atomic_path
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 
-__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "stats", "SCORE_PARAMS"]
+__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "check_cache_file", "stats", "SCORE_PARAMS"]
 
 SCHEMA_VERSION = 1
 # The decoding parameters of a scoring (teacher-forcing) call: no token is generated.
@@ -303,23 +304,8 @@ class GenerationCache:
             raise ConfigError(f"cannot merge the generation cache {str(src)!r} into itself")
         if not src.is_file():
             raise NotBuiltError(f"no generation cache at {src}")
-        try:
-            other = sqlite3.connect(f"file:{src.resolve()}?mode=ro", uri=True)
-            try:
-                tables = {r[0] for r in other.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if not {"generations", "meta"} <= tables:
-                    raise ConfigError(f"{src} is an SQLite file but not an ltrr generation cache")
-                version = other.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-                if version is None or version[0] != str(SCHEMA_VERSION):
-                    raise ConfigError(
-                        f"{src}: generation cache schema version {version and version[0]!r}, "
-                        f"this ltrr reads {SCHEMA_VERSION}"
-                    )
-                rows = other.execute(f"SELECT {_COLUMNS} FROM generations").fetchall()
-            finally:
-                other.close()
-        except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
+        with _read_only(src) as other:
+            rows = other.execute(f"SELECT {_COLUMNS} FROM generations").fetchall()
         good = [r for r in rows if _row_checksum(r[:-1]) == r[-1]]
         added = self._insert(good, "IGNORE") if good else 0
         return {"rows": len(rows), "added": added, "present": len(good) - added,
@@ -399,6 +385,47 @@ class GenerationCache:
         }
 
 
+@contextlib.contextmanager
+def _read_only(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to the ltrr generation cache at ``path``, its schema checked.
+
+    Nothing is written to the file, so a file that is not a cache (or of another schema
+    version) is refused untouched.
+
+    Raises
+    ------
+    ConfigError
+        ``path`` is not an SQLite file, not an ltrr generation cache, or of another schema version.
+    """
+    src = Path(path)
+    try:
+        conn = sqlite3.connect(f"file:{src.resolve()}?mode=ro", uri=True)
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
+    try:
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"generations", "meta"} <= tables:
+                raise ConfigError(f"{src} is an SQLite file but not an ltrr generation cache")
+            version = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
+        if version is None or version[0] != str(SCHEMA_VERSION):
+            raise ConfigError(f"{src}: generation cache schema version {version and version[0]!r}, "
+                              f"this ltrr reads {SCHEMA_VERSION}")
+        yield conn
+    finally:
+        conn.close()
+
+
+def check_cache_file(path: str | os.PathLike[str]) -> None:
+    """Raise `ConfigError` unless ``path`` is an ltrr generation cache this ltrr reads (read-only)."""
+    if not Path(path).is_file():
+        raise NotBuiltError(f"no generation cache at {path}")
+    with _read_only(path):
+        pass
+
+
 def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Statistics of the cache at ``path`` (for ``ltrr cache stats``).
 
@@ -409,6 +436,7 @@ def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     if not Path(path).is_file():
         raise NotBuiltError(f"no generation cache at {str(path)!r}; it is created by the first run")
+    check_cache_file(path)  # a file that is not a cache is refused, not given the cache's tables
     with GenerationCache(path) as cache:
         return cache.stats()
 

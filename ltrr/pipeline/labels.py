@@ -64,6 +64,36 @@ def label_fingerprint(run: RunContext) -> str:
                               "queries": query_facts(run.dataset.queries)})
 
 
+def check_label_settings(run: RunContext) -> None:
+    """The label stage's names, checked before any stage runs (``ltrr label``, ``ltrr run``): a
+    typo in ``[labels] metric``, ``[generation] template`` or a generator option failed only
+    after the index and the retrieval were built.
+
+    Raises
+    ------
+    ConfigError
+        An unknown metric, template or generator option, naming the table.
+    """
+    from ltrr.config import backend_settings
+    from ltrr.generation import check_generator_options, load_template
+    from ltrr.metrics import parse_metric, parse_metrics
+
+    lcfg, gcfg = run.config.labels, run.config.generation
+    try:
+        parse_metric(lcfg.metric)
+        if lcfg.extra_metrics:
+            parse_metrics(lcfg.extra_metrics)
+        if lcfg.replicate_template:
+            load_template(lcfg.replicate_template)
+    except LtrrError as exc:
+        raise ConfigError(f"[labels] {exc}") from None
+    try:
+        load_template(gcfg.template)
+        check_generator_options(backend_settings(gcfg))
+    except LtrrError as exc:
+        raise ConfigError(f"[generation] {exc}") from None
+
+
 def query_facts(queries: pd.DataFrame) -> str:
     """A digest of what the labels and every stage after them read of the queries besides their
     text (the retrieval hashes that): the gold answers the labels score, and the type, group and

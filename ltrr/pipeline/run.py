@@ -9,6 +9,7 @@ the next run redoes (or, for labelling, resumes) it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -91,7 +92,13 @@ class Run:
 
     @property
     def index_dir(self) -> Path:
-        return data_root() / "indexes" / self.dataset_path.name
+        """``<data root>/indexes/<dataset>``: a built dataset's name, or a folder's name and a digest
+        of its path, so two folders of one name (``a/tiny``, ``b/tiny``) never share an index."""
+        path = self.dataset_path
+        if is_irds(self.config.data.dataset) or path.resolve().parent == (data_root() / "built").resolve():
+            return data_root() / "indexes" / path.name
+        digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+        return data_root() / "indexes" / f"{path.name}-{digest}"
 
     @property
     def results_path(self) -> Path:

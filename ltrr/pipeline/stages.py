@@ -205,6 +205,29 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     return rows
 
 
+def check_inputs_current(run: Run, name: str) -> None:
+    """Raise `NotBuiltError` when a stage whose record stage ``name`` reads is not up to date.
+
+    One stage run alone (``ltrr train``, ``ltrr eval``) reads the outputs in the workdir as they
+    are; when the labels there were made from other inputs (another config sharing the workdir,
+    edited data), it would train on them and say "inputs unchanged". `ltrr run` needs no check:
+    it runs the earlier stages first.
+    """
+    from ltrr._errors import NotBuiltError
+
+    with run.records_read() as reads:
+        stages.get(name).fingerprint(run)
+    if not reads:
+        return
+    rows = {r["stage"]: r for r in stage_status(run)}
+    for read in dict.fromkeys(reads):
+        row = rows.get(read)
+        if row is not None and row["state"] in ("to run", "to build", "waits"):
+            raise NotBuiltError(f"stage {name} reads the {read} stage's outputs in {run.workdir}, and {read} is "
+                                f"{row['state']} ({row['detail']}): they are not this config's; run `ltrr run CONFIG` "
+                                f"(or `ltrr {read} CONFIG`) first")
+
+
 def _recorded(record: Path) -> str:
     import time
 

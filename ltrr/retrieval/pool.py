@@ -388,13 +388,25 @@ class Pool:
             return False
         return fingerprint is None or meta.get("corpus_sha256") == fingerprint
 
-    def load(self, index_dir: str | Path) -> Pool:
-        """Open the indexes built by `build`; `NotBuiltError` if one is missing or stale."""
+    def load(self, index_dir: str | Path, *, corpus: pd.DataFrame | None = None) -> Pool:
+        """Open the indexes built by `build`; `NotBuiltError` if one is missing or stale.
+
+        With ``corpus``, an index built over other documents is stale too (two datasets, or an
+        edited one, whose indexes share a folder).
+        """
         index_dir = Path(index_dir)
+        fingerprint = None
+        if corpus is not None:
+            corpus = validate_corpus(corpus)
+            texts = [passage_text(t, x) for t, x in zip(corpus["title"], corpus["text"], strict=True)]
+            fingerprint = corpus_fingerprint(corpus["docid"].tolist(), texts)
         loaded: dict[str, Retriever] = {}
         for name in self._used_retrievers():
             path = index_dir / name
             meta = Retriever.read_meta(path)  # NotBuiltError when missing
+            if fingerprint is not None and meta.get("corpus_sha256") != fingerprint:
+                raise NotBuiltError(f"index {str(path)!r} was built over other documents than the dataset's; "
+                                    "rebuild it with `ltrr index CONFIG`")
             if not self._matches(path, self.retrievers[name], None):
                 want = _jsonable(self.retrievers[name].identity())
                 diff = sorted(k for k, v in want.items() if _jsonable(meta.get(k)) != v)

@@ -10,7 +10,28 @@ from __future__ import annotations
 from ltrr.serve.app import ServeSettings, create_app
 from ltrr.serve.service import RoutedRAG
 
-__all__ = ["RoutedRAG", "ServeSettings", "create_app", "serve"]
+__all__ = ["RoutedRAG", "ServeSettings", "check_address", "create_app", "serve"]
+
+
+def check_address(host: str, port: int) -> None:
+    """Raise `ConfigError` unless a server can listen on ``host:port`` now (port 0: any free one).
+
+    Checked before the models load: uvicorn reports a port in use or a bad host in its own log
+    and exits after the loading, and a port outside 0-65535 ends in a traceback.
+    """
+    import socket
+
+    from ltrr._errors import ConfigError
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"serve port must be an integer in 0-65535, got {port!r}")
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind(addr)
+    except OSError as exc:  # socket.gaierror included
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
@@ -23,6 +44,7 @@ def serve(model_dir, *, host: str = "127.0.0.1", port: int = 8000, settings: Ser
         import uvicorn
     except ImportError:
         raise MissingDependencyError("ltrr serve needs FastAPI and uvicorn: pip install 'ltrr[serve]'") from None
+    check_address(host, port)
     service = RoutedRAG(model_dir, generator=generator, template=template, packing=packing)
     service.warm()  # the first request must not pay for loading the models
     app = create_app(service, settings)
