@@ -228,3 +228,10 @@ def test_a_bad_relevance_grade_names_its_row(env, capsys):
     (ds / "qrels.jsonl").write_text(json.dumps({"qid": "q1", "docid": "canberra", "relevance": "high"}) + "\n")
     assert main(["data", "stats", str(ds)]) == 2
     assert "qrels row 0 (qid 'q1'): relevance 'high' is not an integer grade" in _err(capsys)
+
+
+def test_status_says_a_bad_pool_is_an_error_before_any_stage_runs(env, capsys):
+    cfg, _ = _tiny(env)
+    cfg.write_text(cfg.read_text().replace("k = 2", "k = -3"))
+    assert main(["status", str(cfg)]) == 2
+    assert "arms[0] ('bm25').k must be a positive integer, got -3" in _err(capsys)

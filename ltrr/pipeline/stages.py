@@ -151,7 +151,9 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     """
     from ltrr._errors import LtrrError
     from ltrr.progress import describe_progress, progress_path, read_progress
+    from ltrr.retrieval import Pool
 
+    Pool.from_run_config(run.config)  # a bad pool (k = -3) is the error every stage would give, not "ready"
     rows: list[dict[str, str]] = []
     todo: list[str] = []  # the stages `ltrr run` would run, in order
     for name in RUN_ORDER:
