@@ -357,3 +357,47 @@ def test_a_finished_runs_record_is_kept_only_when_it_is_this_runs(tmp_path):
         other.write_text(json.dumps({**rec, **change}))
         assert finished_record([other], spec, roll, 7, 2) is None, change
     assert finished_record([], spec, roll, 7, 2) is None
+
+
+@pytest.mark.parametrize(("reward", "metric", "rule"), [
+    ("ltrr", "recall", {"transform": "identity", "no_spread": None, "window_updates": "batch"}),
+    ("router-r1", "em", {"transform": "sqrt", "no_spread": 0.5, "window_updates": "each"}),
+])
+def test_make_rollouts_scores_costs_with_the_named_rewards_normaliser(monkeypatch, reward, metric, rule):
+    """``[agent] reward = "router-r1"`` trains with Router-R1's cost normaliser (main_ppo.py:41-72:
+    square roots, 0.5 without spread, one cost at a time); "ltrr" keeps ours."""
+    import ltrr.agent.run as agent_run
+    from ltrr.agent.rl import make_rollouts
+
+    loop = SimpleNamespace(arm_names=["bm25", "none"])
+    monkeypatch.setattr(agent_run, "labels_table", lambda run: None)
+    monkeypatch.setattr(agent_run, "partition", lambda run: (["q1"], []))
+    monkeypatch.setattr(agent_run, "make_loop", lambda *a, **k: loop)
+    monkeypatch.setattr(agent_run, "gold_answers", lambda run: GOLD)
+    acfg = SimpleNamespace(reward=reward, metric=metric, token_price=0.0, correct_threshold=1.0, rollout_batch=1)
+    run = SimpleNamespace(config=SimpleNamespace(seed=0, agent=acfg), pool=SimpleNamespace(costs=COSTS))
+    rollouts, _ = make_rollouts(run, SimpleNamespace(generator=None, hf_model=None), GRPOSpec(window=50), alpha=0.2,
+                                out=None, questions=[("q1", "capital ?", "cloze")])
+    assert rollouts.normaliser.rule == rule and rollouts.normaliser.window == 50
+    assert rollouts.normaliser.mode == "rolling" and rollouts.reward_name == reward
+
+
+def test_a_checkpoint_of_an_older_cost_rule_is_resumed_under_this_runs_rule(tmp_path):
+    """A GRPO checkpoint whose normaliser predates the rule's options (a router-r1 run trained with
+    ltrr's normaliser) keeps its window of raw costs and is scored under the configured rule."""
+    from ltrr.agent.grpo import resume_state
+    from ltrr.agent.rewards import CostNormaliser
+
+    loop = SimpleNamespace(arms=["bm25", "none"], strengths=None, retriever_types={}, max_turns=2)
+    rollouts = RouterRollouts(lambda qid: loop, {"capital ?": "q1"}, {"q1": ["canberra"]}, COSTS,
+                              CostNormaliser.router_r1(window=4), 2, reward="router-r1")
+    last = tmp_path / "checkpoint-1"
+    last.mkdir()
+    old = CostNormaliser(window=4).update([1.0, 9.0])
+    (last / "router_state.json").write_text(json.dumps({"normaliser": old.to_dict(), "history": [{"step": 1}],
+                                                        "prompt": rollouts.prompt_digest()}))
+    lines: list[str] = []
+    resume_state(last, rollouts, rollouts.prompt_digest(), lines.append)
+    assert rollouts.normaliser.rule == CostNormaliser.router_r1().rule and list(rollouts.normaliser.history_) == [1.0, 9.0]
+    assert rollouts.normaliser.bounds() == pytest.approx((1.1, 2.9))  # percentiles of the square roots
+    assert "scoring it with this run's rule" in lines[0] and "resuming from" in lines[-1]

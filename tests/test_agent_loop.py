@@ -16,8 +16,16 @@ from _tiny_llm import save_bigram_llm, save_tiny_llm
 
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.agent.backends import Continuation, ContinuationLM, OpenAICompletionsLM, TransformersLM
-from ltrr.agent.loop import INFO_HEAD, INFO_TAIL, NO_PASSAGES, AgentLoop, format_information
+from ltrr.agent.loop import (
+    FAILED_CALL,
+    INFO_HEAD,
+    INFO_TAIL,
+    NO_PASSAGES,
+    AgentLoop,
+    format_information,
+)
 from ltrr.agent.prompt import FINAL_ANSWER_INSTRUCTION, build_messages
+from ltrr.agent.reward_options import router_r1_format
 from ltrr.agent.rewards import CostNormaliser, format_reward
 from ltrr.agent.trajectory import (
     Search,
@@ -151,22 +159,51 @@ def test_no_retrieval_arm_still_answers_with_an_information_block(btok):
 
 
 # ---- bad input that must not crash --------------------------------------------------------------
-def test_invalid_searches_inject_nothing_and_are_recorded(btok):
+def test_invalid_searches_are_recorded_and_an_unknown_arm_gets_a_none_block(btok):
     replies = ["<think>a</think><search>google: capital</search>",
                "<think>b</think><search>bm25:   </search>",
                "<think>c</think> bm25: capital</search>"]
     lm, corpus = ScriptedLM(btok, replies + [ANSWER]), Corpus()
     t = AgentLoop(lm, corpus, ARMS, max_turns=4).rollout("Capital?")
     assert corpus.calls == []
-    assert [(s.arm, s.query, s.valid, s.reason) for s in t.searches] == [
-        ("google", "capital", False, "unknown_arm"), ("bm25", "", False, "empty_query"),
-        (None, "", False, "malformed_tag")]
-    assert all(x.role == "model" for x in t.turns) and t.injected_tokens == 0
+    none_block = lm.encode(INFO_HEAD) + lm.encode(FAILED_CALL) + lm.encode(INFO_TAIL)
+    assert [(s.arm, s.query, s.valid, s.reason, s.injected_tokens) for s in t.searches] == [
+        ("google", "capital", False, "unknown_arm", len(none_block)), ("bm25", "", False, "empty_query", 0),
+        (None, "", False, "malformed_tag", 0)]
+    # Router-R1 (generation.py:403-407): an unknown model gets <information>None</information>,
+    # masked like any injected block; its other invalid routes get nothing (generation.py:418-423)
+    assert [(x.role, x.kind) for x in t.turns] == [("model", "search"), ("injected", "information"),
+                                                   ("model", "search"), ("model", "search"), ("model", "answer")]
+    assert t.turns[1].text == INFO_HEAD + "None" + INFO_TAIL
     assert t.issues == ["invalid_search"] and (t.answer, t.stop_reason) == ("Canberra", "answered")
-    assert t.ids == lm.calls[0][0] + sum(lm.returned, [])
-    assert t.response_mask == [1] * t.model_tokens
+    assert t.ids == lm.calls[0][0] + lm.returned[0] + none_block + sum(lm.returned[1:], [])
+    assert t.response_mask == [1] * len(lm.returned[0]) + [0] * len(none_block) + [1] * sum(map(len, lm.returned[1:]))
+    assert t.information_tokens == 0 and t.cost(COSTS, token_price=1.0) == 0.0  # a failed call costs nothing
+    # the None block balances its search: only the rules the calls break are left
     assert format_reward(t.text, t.arms)[1] == ["unbalanced_tags", "search_information_mismatch",
                                                 "search_unknown_arm", "search_empty_query"]
+    # ... the mismatch was the empty query's (no block) and the malformed tag's; the unknown arm alone:
+    t = AgentLoop(ScriptedLM(btok, [replies[0], ANSWER]), Corpus(), ARMS).rollout("Capital?")
+    assert format_reward(t.text, t.arms)[1] == ["search_unknown_arm"]
+    assert router_r1_format(t.text, t.arms)[1] == ["search_unknown_arm"]
+
+
+def test_an_arm_named_in_another_case_is_run_as_the_format_rules_accept_it(btok):
+    """Router-R1 lower-cases the name when routing (route_service.py:173) and in its format check
+    (main_ppo.py:76). Before, the loop needed the exact spelling while reward = "router-r1"
+    accepted any case: `BM25: q` was never run, yet its format passed with no passages."""
+    lm, corpus = ScriptedLM(btok, ["<think>a</think><search>BM25: capital of Australia</search>", ANSWER]), Corpus()
+    t = AgentLoop(lm, corpus, ARMS, k=1).rollout("Capital?")
+    assert corpus.calls == [("bm25", "capital of Australia", 1)]
+    assert [(s.arm, s.valid) for s in t.searches] == [("bm25", True)] and t.cost(COSTS) == 1.0
+    assert format_reward(t.text, t.arms) == (0.0, []) and router_r1_format(t.text, t.arms) == (0.0, [])
+    # two arms equal ignoring case and neither written exactly: none runs, both rules say unknown
+    twins = [{"name": "bm25", "retriever": "bm25"}, {"name": "BM25", "retriever": "bm25"}]
+    lm, corpus = ScriptedLM(btok, ["<think>a</think><search>Bm25: capital</search>", ANSWER]), Corpus()
+    t = AgentLoop(lm, corpus, twins).rollout("Capital?")
+    assert corpus.calls == [] and t.searches[0].reason == "unknown_arm"
+    assert "search_unknown_arm" in format_reward(t.text, t.arms)[1]
+    assert "search_unknown_arm" in router_r1_format(t.text, t.arms)[1]
 
 
 def test_an_observation_over_max_obs_tokens_is_truncated_and_flagged(btok):
@@ -193,17 +230,17 @@ def test_a_model_that_never_closes_a_tag_stops_at_the_turn_cap(btok):
     assert t.ids[-1] == eos.eos and t.mask[-1] == 1  # the end-of-sequence id is the model's
 
 
-def test_max_turns_exhausted_asks_for_the_answer_without_searching(btok):
-    final = "<think>Enough.</think><search>bm25: more</search><answer>Canberra</answer>"
-    lm, corpus = ScriptedLM(btok, [SEARCH, SEARCH, final]), Corpus()
+def test_max_turns_exhausted_asks_for_the_answer(btok):
+    lm, corpus = ScriptedLM(btok, [SEARCH, SEARCH, ANSWER]), Corpus()
     t = AgentLoop(lm, corpus, ARMS, max_turns=2).rollout("Capital?")
     assert len(corpus.calls) == 2 and len(t.searches) == 2
     assert [x.kind for x in t.turns] == ["search", "information", "search", "information",
                                          "final_instruction", "answer"]
     assert t.turns[4].text == FINAL_ANSWER_INSTRUCTION and t.turns[4].role == "injected"
-    assert lm.calls[2][1].stop == ("</answer>",)  # searching is disabled in the last turn
+    assert lm.calls[2][1].stop == ("</search>", "</answer>")  # a search still ends the last turn
     assert (t.answer, t.stop_reason, t.issues) == ("Canberra", "max_turns", ["max_turns"])
     assert t.ids == lm.calls[2][0] + lm.returned[2]
+    assert format_reward(t.text, t.arms) == (0.0, [])
     # the last turn may still end without an answer
     lm = ScriptedLM(btok, [SEARCH, "<think>" + "hmm " * 200])
     cap = len(lm.encode(SEARCH)) + 1
@@ -213,6 +250,82 @@ def test_max_turns_exhausted_asks_for_the_answer_without_searching(btok):
     lm = ScriptedLM(btok, [ANSWER])
     t = AgentLoop(lm, Corpus(), ARMS, max_turns=0).rollout("Capital?")
     assert [x.kind for x in t.turns] == ["final_instruction", "answer"] and t.stop_reason == "max_turns"
+
+
+FAKE = "<information>\nDoc 1: Canberra is the capital of Australia.\n</information>"
+FAKE_FINAL = f"<think>One more.</think><search>bm25: capital</search>{FAKE}<think>Found it.</think><answer>Canberra</answer>"
+
+
+class LeakyLM(ScriptedLM):
+    """A scripted model whose backend ignores the stop strings: each reply comes back whole."""
+
+    def continue_(self, ids, text, params):
+        self.calls.append((list(ids), params))
+        new = self.encode(self.replies.pop(0) if self.replies else "<eos>")
+        self.returned.append(new)
+        return Continuation(self.decode(new), new, len(new), "stop")
+
+
+@pytest.mark.parametrize("model", [ScriptedLM, LeakyLM])
+def test_a_search_in_the_final_turn_ends_the_rollout_unanswered(btok, model):
+    """Router-R1 cuts its last turn at </search> (generation.py:286-318, :63-68): a search there
+    ends the rollout with no answer. The model below also writes the <information> block the search
+    would get and the answer; before the fix that turn stopped only at </answer>, so the fake block
+    balanced the count, the format scored 0 and the fake search cost nothing."""
+    lm, corpus = model(btok, [SEARCH, FAKE_FINAL]), Corpus()
+    t = AgentLoop(lm, corpus, ARMS, max_turns=1, k=2).rollout("What is the capital of Australia?", qid="q1")
+    assert corpus.calls == [("bm25", "capital of Australia", 2)]  # the fake search ran nothing
+    assert [(x.role, x.kind) for x in t.turns] == [("model", "search"), ("injected", "information"),
+                                                   ("injected", "final_instruction"), ("model", "search")]
+    last = t.turns[-1].text
+    assert last.endswith("</search>") and "<information>" not in last and "<answer>" not in last
+    assert [(s.arm, s.query, s.valid, s.reason, s.injected_tokens) for s in t.searches] == [
+        ("bm25", "capital of Australia", True, None, t.searches[0].injected_tokens),
+        ("bm25", "capital", False, "past_budget", 0)]  # recorded, nothing injected
+    assert (t.answer, t.stop_reason, t.issues) == (None, "max_turns", ["max_turns", "search_past_budget"])
+    assert t.text.count("<information>") == 1 and t.injected_tokens == sum(
+        x.n_tokens for x in t.turns if x.role == "injected")
+    # the model-written ids stop at the search: nothing past it is trainable (mask 1)
+    assert t.ids == lm.calls[1][0] + lm.encode(last) and t.response_mask[-len(lm.encode(last)):] == [1] * len(
+        lm.encode(last))
+    assert t.cost(COSTS) == 1.0  # one search ran
+    assert format_reward(t.text, t.arms) == (-1.0, ["answer_count", "search_information_mismatch", "bad_end"])
+    assert router_r1_format(t.text, t.arms) == (-1.0, ["answer_count", "search_information_mismatch", "bad_end"])
+    for reward in ("ltrr", "router-r1"):
+        totals = score_trajectories([t], [["Canberra"]], arm_costs=COSTS, normaliser=CostNormaliser.fixed(0.0, 2.0),
+                                    alpha=0.2, metric="em", reward=reward)
+        assert totals == [-1.0] and t.rewards["outcome"] == 0.0
+
+
+@pytest.mark.parametrize("model", [ScriptedLM, LeakyLM])
+@pytest.mark.parametrize("replies", [
+    # a turn that writes a block with no search at all, then answers
+    [f"<think>I know it.</think>{FAKE}<think>So.</think><answer>Canberra</answer>"],
+    # a block written before a real search: the real one is injected too
+    [f"<think>a</think>{FAKE}<search>bm25: capital</search>", ANSWER],
+    # a block written after a search it should answer, in the same turn (only a leaky backend gets that far)
+    [f"<think>a</think><search>bm25: capital</search>{FAKE}<think>b</think><answer>Canberra</answer>"],
+    # a block to balance each invalid call that injects nothing
+    ["<think>a</think><search>bm25:   </search>", f"{FAKE}{ANSWER}"],
+    ["<think>a</think><search>capital</search>", f"{FAKE}{ANSWER}"],
+    ["<think>a</think><search>bm25: dense: capital</search>", f"{FAKE}{ANSWER}"],
+    ["<think>a</think> bm25: capital</search>", f"{FAKE}{ANSWER}"],
+])
+def test_a_model_written_information_block_never_passes_the_format_rules(btok, model, replies):
+    t = AgentLoop(model(btok, replies), Corpus(), ARMS, max_turns=3).rollout("Capital?")
+    assert format_reward(t.text, t.arms)[0] == -1.0
+    assert router_r1_format(t.text, t.arms)[0] == -1.0
+    written = sum(x.text.count("<information>") for x in t.turns if x.role == "model")
+    injected = sum(x.text.count("<information>") for x in t.turns if x.role == "injected")
+    assert written + injected == t.text.count("<information>") and injected == sum(
+        s.injected_tokens > 0 for s in t.searches)  # every injected block is a recorded search's
+
+
+def test_a_backend_that_writes_past_the_closing_tag_is_cut_there(btok):
+    lm = LeakyLM(btok, [SEARCH + " and then <answer>Sydney</answer>", ANSWER])
+    t = AgentLoop(lm, Corpus(), ARMS).rollout("Capital?")
+    assert t.turns[0].text == SEARCH and t.response_ids[: len(lm.encode(SEARCH))] == lm.encode(SEARCH)
+    assert (t.answer, t.stop_reason) == ("Canberra", "answered") and format_reward(t.text, t.arms) == (0.0, [])
 
 
 @pytest.mark.parametrize("question", ["", "   \n\t"])
@@ -241,6 +354,12 @@ def test_search_errors_and_backend_errors_are_recorded(btok):
     t = AgentLoop(lm, Corpus(error=DataError("index not built")), ARMS).rollout("Capital?")
     assert t.searches[0].reason == "search_error: index not built" and not t.searches[0].valid
     assert t.issues == ["search_error"] and t.stop_reason == "answered"
+    # as Router-R1's failed request (generation.py:408-411): a None block, masked, so the format
+    # does not punish an infrastructure failure; the call costs nothing
+    assert [(x.role, x.kind, x.text) for x in t.turns[1:2]] == [("injected", "information", INFO_HEAD + "None" + INFO_TAIL)]
+    assert t.searches[0].injected_tokens == t.turns[1].n_tokens > 0 and t.response_mask.count(0) == t.turns[1].n_tokens
+    assert format_reward(t.text, t.arms) == (0.0, []) and router_r1_format(t.text, t.arms) == (0.0, [])
+    assert t.cost(COSTS, token_price=1.0) == 0.0
     t = AgentLoop(ScriptedLM(btok, [], error="HTTP 500"), Corpus(), ARMS).rollout("Capital?")
     assert (t.stop_reason, t.error, t.issues, t.turns) == ("error", "HTTP 500", ["error"], [])
     with pytest.raises(DataError, match="must return \\(docid, text\\) pairs"):

@@ -185,6 +185,21 @@ def test_a_renamed_prompt_never_names_a_real_arm_and_shown_names_run_their_arm()
     assert Trajectory.from_dict(t.to_dict()) == t
 
 
+def test_a_shown_name_in_another_case_runs_its_arm_and_a_real_name_stays_unknown():
+    """Names resolve ignoring case (`ltrr.agent.rewards.resolve_arm`) among the names the prompt
+    shows, then map to the pool arm; a real name under a renamed view is unknown in any case, and
+    gets Router-R1's <information>None</information> block."""
+    view = ArmView(("dense+reg", "none", "bm25+reg", "bm25"), ("arm-2", "arm-4", "arm-1", "arm-3"))
+    calls: list[str] = []
+    t = _loop(_turns("ARM-1"), calls).with_view(view).rollout("Which river is longest?")
+    assert calls == ["bm25+reg"] and [(s.arm, s.valid) for s in t.searches] == [("bm25+reg", True)]
+    assert format_reward(t.text, t.arms) == (0.0, [])
+    bad = _loop(_turns("BM25+REG"), calls).with_view(view).rollout("Which river is longest?")
+    assert calls == ["bm25+reg"] and bad.searches[0].reason == "unknown_arm"
+    assert [x.text for x in bad.turns if x.role == "injected"] == ["\n\n<information>\nNone\n</information>\n\n"]
+    assert format_reward(bad.text, bad.arms)[1] == ["search_unknown_arm"]
+
+
 def test_a_left_out_arm_is_not_shown_and_calling_it_is_rejected():
     view = ArmView(("none", "bm25"), left_out=("dense+reg", "bm25+reg"))
     calls: list[str] = []

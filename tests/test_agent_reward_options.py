@@ -25,7 +25,13 @@ from ltrr.agent.reward_options import (
     squad_em,
     squad_f1,
 )
-from ltrr.agent.rewards import CostNormaliser, format_reward, total_reward
+from ltrr.agent.rewards import (
+    CostNormaliser,
+    format_reward,
+    parse_search,
+    resolve_arm,
+    total_reward,
+)
 from ltrr.agent.trajectory import score_trajectories
 from ltrr.config import validate
 
@@ -237,5 +243,76 @@ def test_a_bad_reward_name_is_refused():
 def test_router_r1_needs_f1_or_em():
     with pytest.raises(ConfigError, match='scores with metric "f1" or "em".*got metric = \'recall\''):
         agent_reward(_agent(reward="router-r1"))
+    # their released train.sh:79 sets reward_metric="em"; f1 is only their RewardManager's default
+    with pytest.raises(ConfigError, match='set \\[agent\\] metric = "em" \\(their train.sh\\) or "f1"'):
+        agent_reward(_agent(reward="router-r1", metric="contains"))
     with pytest.raises(ConfigError, match=r"alpha must be a number in \[0, 1\]"):
         router_r1_total(0.0, 1.0, 1.0, alpha=1.5)
+
+
+@pytest.mark.parametrize("arm", ["bm25", "BM25", "Bm25", "bM25", "DENSE", "google", "bm2", "Bm25+REG"])
+@pytest.mark.parametrize("arms", [ARMS, ["bm25", "BM25", "dense"], ["bm25", "bM25", "dense"]])
+def test_both_format_rules_and_the_loop_agree_on_every_arm_name(arm, arms):
+    """The loop runs a search by `parse_search`; each format rule must call the same names
+    unknown, so a call that ran is never punished as unknown, nor one that did not run accepted."""
+    runs = parse_search(f"{arm}: capital", arms)[2] is None
+    text = _s(f"{arm}: capital")
+    assert ("search_unknown_arm" not in format_reward(text, arms)[1]) == runs
+    assert ("search_unknown_arm" not in router_r1_format(text, arms)[1]) == runs
+    assert runs == (resolve_arm(arm, arms) is not None)
+
+
+def test_each_reward_builds_its_cost_normalisers():
+    ours, theirs = REWARDS.get("ltrr")(), REWARDS.get("router-r1")()
+    assert ours.rolling_normaliser(64).rule == CostNormaliser().rule and ours.rolling_normaliser(64).window == 64
+    assert theirs.rolling_normaliser(1000).rule == {"transform": "sqrt", "no_spread": 0.5, "window_updates": "each"}
+    design = [0.0, 1.0, 4.0, 9.0, 16.0]
+    assert ours.fixed_normaliser(design).bounds() == pytest.approx((0.2, 14.6))
+    frozen = theirs.fixed_normaliser(design)  # percentiles of the square roots
+    assert frozen.mode == "fixed" and frozen.bounds() == pytest.approx((0.2, 3.8))
+    assert frozen.cost_reward(4.0) == pytest.approx(1 - 1.8 / 3.6)
+    assert theirs.fixed_normaliser([2.0, 2.0]).cost_reward(5.0) == 0.5  # no spread: Router-R1's 0.5
+    assert ours.fixed_normaliser([2.0, 2.0]).cost_reward(5.0) == 0.0  # ltrr's step rule
+    with pytest.raises(ConfigError, match="window must be a positive integer, got 0"):
+        ours.rolling_normaliser(0)
+    with pytest.raises(ConfigError, match="window must be a positive integer, got 0"):
+        theirs.rolling_normaliser(0)
+
+
+def test_the_evaluation_normaliser_follows_the_reward_and_is_cached_per_rule(tmp_path, monkeypatch):
+    """`ltrr.agent.evaluate.design_normaliser`: fixed bounds from the design scripts' costs, of their
+    square roots under reward = "router-r1"; each rule caches its own bounds, and ltrr's cache
+    document keeps its old form (no rule in it)."""
+    import json
+    from types import SimpleNamespace
+
+    import ltrr.agent.run as agent_run
+    import ltrr.agent.sft as sft
+    from ltrr.agent.evaluate import design_normaliser
+
+    built = []
+
+    def scripts(run, lm, labels, design, spec):
+        built.append(run.config.agent.reward)
+        return [SimpleNamespace(cost=lambda costs, price, c=c: c) for c in (0.0, 1.0, 4.0, 9.0, 16.0)]
+
+    monkeypatch.setattr(agent_run, "agent_dir", lambda run: tmp_path)
+    monkeypatch.setattr(sft, "build_sft_trajectories", scripts)
+
+    class Agent(dict):
+        __getattr__ = dict.__getitem__
+
+    def run(reward):
+        agent = Agent(reward=reward, metric="em", sft={}, token_price=0.0)
+        return SimpleNamespace(config=SimpleNamespace(agent=agent, arms=[]), pool=SimpleNamespace(costs={}))
+
+    lm = SimpleNamespace(identity="m")
+    ours = design_normaliser(run("ltrr"), lm, None, ["q1"])
+    assert ours.bounds() == pytest.approx((0.2, 14.6)) and ours.rule == CostNormaliser().rule
+    assert set(json.loads((tmp_path / "design_costs.json").read_text())) == {"key", "lo", "hi", "n"}
+    theirs = design_normaliser(run("router-r1"), lm, None, ["q1"])
+    assert theirs.bounds() == pytest.approx((0.2, 3.8)) and theirs.rule["transform"] == "sqrt"
+    again = design_normaliser(run("router-r1"), lm, None, ["q1"])  # read back from the cache
+    assert built == ["ltrr", "router-r1"] and again.to_dict() == theirs.to_dict()
+    assert design_normaliser(run("ltrr"), lm, None, ["q1"]).to_dict() == ours.to_dict()
+    assert built == ["ltrr", "router-r1", "ltrr"]  # the cache holds one document: the other rule's is rebuilt

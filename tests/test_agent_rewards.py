@@ -19,6 +19,7 @@ from ltrr.agent.rewards import (
     format_reward,
     outcome_reward,
     parse_search,
+    resolve_arm,
     total_reward,
     trajectory_cost,
 )
@@ -96,8 +97,38 @@ def test_unclosed_tag_is_unbalanced_and_close_of_outer_tag_recovers():
 def test_parse_search_cases():
     assert parse_search("bm25+reg:  who painted it? ", ARMS) == ("bm25+reg", "who painted it?", None)
     assert parse_search(": who", ARMS) == (None, "who", "no_arm")
-    assert parse_search("BM25: who", ARMS)[2] == "unknown_arm"  # exact spelling
     assert parse_search("none:", ARMS) == ("none", "", "empty_query")
+    # an arm by its name ignoring case (Router-R1 lower-cases it: route_service.py:173, main_ppo.py:76),
+    # returned as the pool spells it
+    assert parse_search("BM25: who", ARMS) == ("bm25", "who", None)
+    assert parse_search("Bm25+Reg: who", ARMS) == ("bm25+reg", "who", None)
+    assert parse_search("bm25: DENSE: who", ARMS) == ("bm25", "DENSE: who", "several_arms")
+    assert parse_search("NONE:", ARMS) == ("none", "", "empty_query")
+    assert parse_search("Bm25: who", ["bm25", "BM25"]) == ("Bm25", "who", "unknown_arm")  # which one?
+    assert parse_search("BM25: who", ["bm25", "BM25"]) == ("BM25", "who", None)  # the exact one
+
+
+@pytest.mark.parametrize(("name", "arms", "arm"), [
+    ("bm25", ["bm25", "dense"], "bm25"),
+    ("BM25", ["bm25", "dense"], "bm25"),
+    ("Dense", ["bm25", "DENSE"], "DENSE"),
+    ("dense", ["dense", "Dense"], "dense"),  # an exact match first
+    ("DENSE", ["dense", "Dense"], None),  # two arms equal ignoring case, neither exact
+    ("google", ["bm25"], None),
+    ("bm2", ["bm25"], None),  # no prefix or fuzzy match
+    ("", ["bm25"], None),
+])
+def test_resolve_arm(name, arms, arm):
+    assert resolve_arm(name, arms) == arm
+
+
+@pytest.mark.parametrize("arm", ["BM25", "Bm25", "bm25", "DENSE"])
+def test_the_format_rules_accept_an_arm_as_the_loop_resolves_it(arm):
+    text = _s(f"{arm}: capital of Australia")
+    assert format_reward(text, ARMS) == (0.0, [])
+    # with two arms equal to it ignoring case and neither exact, the loop runs none: unknown
+    twins = [a for a in ("bm25", "bM25", "dense", "dENSE") if a != arm and a.lower() == arm.lower()]
+    assert format_reward(text, twins)[1] == ([] if len(twins) == 1 else ["search_unknown_arm"])
 
 
 # ---- outcome --------------------------------------------------------------------------------
@@ -215,6 +246,82 @@ def test_normaliser_json_round_trip():
         CostNormaliser.from_dict({"mode": "fixed", "lo": 2, "hi": 1})
     with pytest.raises(DataError, match="does not match"):
         CostNormaliser.from_dict({"mode": "rolling", "lo": 0, "hi": 1})
+
+
+def _router_r1_normalize_reward(costs, window=1000):
+    """Router-R1's ``normalize_reward`` (verl/trainer/main_ppo.py:36-72 at 801a240), transcribed
+    line for line with its module state (``buffer``, ``transform = 'sqrt'``, ``eps``) made local."""
+    from collections import deque
+
+    buffer, out = deque(maxlen=window), []
+    for r in costs:
+        r = np.sqrt(r)
+        buffer.append(r)
+        arr = np.array(buffer)
+        if len(arr) >= 2:
+            r_min, r_max = np.percentile(arr, 100 * 0.05), np.percentile(arr, 100 * 0.95)
+        else:
+            r_min, r_max = arr.min(), arr.max()
+        denom = r_max - r_min
+        if denom < 1e-8:
+            out.append(0.5)
+            continue
+        out.append(1.0 - float(np.clip((r - r_min) / denom, 0.0, 1.0)))
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(st.lists(st.floats(min_value=0.0, max_value=50.0), min_size=1, max_size=12),
+                        min_size=1, max_size=6),
+       window=st.integers(1, 30))
+def test_the_router_r1_normaliser_agrees_with_theirs(batches, window):
+    ours = CostNormaliser.router_r1(window=window)
+    got = np.concatenate([ours.score_batch(b) for b in batches])
+    assert got.tolist() == pytest.approx(_router_r1_normalize_reward([c for b in batches for c in b], window),
+                                         abs=1e-12)
+
+
+def test_the_router_r1_rule_differs_from_ltrr_on_known_costs():
+    costs = [4.0, 4.0, 0.0, 16.0, 1.0]
+    theirs = CostNormaliser.router_r1(window=10).score_batch(costs).tolist()
+    assert theirs == pytest.approx(_router_r1_normalize_reward(costs, 10))
+    # one at a time: the first two see no spread (0.5); the square root makes 1.0 halfway to 4.0 of 0..16
+    assert theirs[:2] == [0.5, 0.5] and theirs[2] == 1.0 and theirs[3] == 0.0
+    ours = CostNormaliser(window=10).score_batch(costs).tolist()
+    # ltrr: the batch enters the window at once; no square root; bounds 0.2 and 13.6 of the raw costs
+    assert ours == pytest.approx([1 - 3.8 / 13.4, 1 - 3.8 / 13.4, 1.0, 0.0, 1 - 0.8 / 13.4])
+    # no spread: ltrr's step rule, Router-R1's 0.5
+    assert CostNormaliser(window=3).score_batch([2.0, 2.0]).tolist() == [1.0, 1.0]
+    assert CostNormaliser(window=3, no_spread=0.5).score_batch([2.0, 2.0]).tolist() == [0.5, 0.5]
+    assert CostNormaliser.fixed(3.0, 3.0, no_spread=0.25).cost_reward([0.0, 9.0]).tolist() == [0.25, 0.25]
+    # a transformed fixed normaliser: bounds in square-root units
+    frozen = CostNormaliser.from_costs([0.0, 4.0, 16.0], lo_percentile=0, hi_percentile=100, transform="sqrt")
+    assert frozen.bounds() == (0.0, 4.0) and frozen.cost_reward(4.0) == 0.5
+    assert CostNormaliser(window=5).score_batch([]).tolist() == []
+
+
+def test_normaliser_rule_options_are_checked_and_persisted():
+    for kwargs, match in [({"transform": "log"}, "transform must be one of \\['identity', 'sqrt'\\], got 'log'"),
+                          ({"no_spread": 1.5}, "no_spread must be None or a number in \\[0, 1\\], got 1.5"),
+                          ({"window_updates": "all"}, "window_updates must be one of \\['batch', 'each'\\]")]:
+        with pytest.raises(ConfigError, match=match):
+            CostNormaliser(window=3, **kwargs).update([1.0])
+    with pytest.raises(DataError, match="transform 'sqrt' needs costs >= 0, got -1.0"):
+        CostNormaliser.router_r1().update([1.0, -1.0])
+    with pytest.raises(DataError, match="transform 'sqrt' needs costs >= 0"):
+        CostNormaliser.from_costs([-4.0, 1.0], transform="sqrt")
+    r1 = CostNormaliser.router_r1(window=7).update([1.0, 9.0])
+    d = json.loads(json.dumps(r1.to_dict()))
+    assert d == {"mode": "rolling", "window": 7, "lo_percentile": 5.0, "hi_percentile": 95.0, "transform": "sqrt",
+                 "no_spread": 0.5, "window_updates": "each", "history": [1.0, 9.0]}  # raw costs kept
+    back = CostNormaliser.from_dict(d)
+    assert back.rule == r1.rule and back.bounds() == r1.bounds() == pytest.approx((1.1, 2.9))
+    assert "transform='sqrt'" in repr(back)
+    # ltrr's default dict is what it was before the options existed (evaluation records compare it)
+    assert set(CostNormaliser.fixed(0.0, 1.0).to_dict()) == {"mode", "window", "lo_percentile", "hi_percentile",
+                                                             "lo", "hi"}
+    with pytest.raises(DataError, match="bad CostNormaliser dict.*no_spread"):
+        CostNormaliser.from_dict({"mode": "fixed", "lo": 0, "hi": 1, "no_spread": -1})
 
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)

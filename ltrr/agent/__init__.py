@@ -4,8 +4,8 @@ A policy LLM reasons in ``<think>...</think>``, calls an arm of the pool as
 ``<search>ARM: sub-query</search>``, reads the ``<information>...</information>`` block the loop
 injects, and finishes with ``<answer>...</answer>``.
 
-- `ltrr.agent.rewards`: `format_reward`, `outcome_reward`, `trajectory_cost`,
-  `CostNormaliser`, `total_reward` (numpy only).
+- `ltrr.agent.rewards`: `format_reward`, `outcome_reward`, `trajectory_cost`, `total_reward`,
+  `resolve_arm` (numpy only); `ltrr.agent.costs`: `CostNormaliser`, the cost term's scale.
 - `ltrr.agent.reward_options`: the named rewards of ``[agent] reward`` (`REWARDS`:
   ``ltrr``, ``router-r1``), `agent_reward`, and Router-R1's released rules
   (`router_r1_format`, `router_r1_total`, `squad_f1`, `squad_em`).
@@ -49,10 +49,11 @@ _EXPORTS = {
     "squad_em": "ltrr.agent.reward_options",
     "squad_f1": "ltrr.agent.reward_options",
     "FORMAT_RULES": "ltrr.agent.rewards",
-    "CostNormaliser": "ltrr.agent.rewards",
+    "CostNormaliser": "ltrr.agent.costs",
     "format_reward": "ltrr.agent.rewards",
     "outcome_reward": "ltrr.agent.rewards",
     "parse_search": "ltrr.agent.rewards",
+    "resolve_arm": "ltrr.agent.rewards",
     "total_reward": "ltrr.agent.rewards",
     "trajectory_cost": "ltrr.agent.rewards",
     "STOP_REASONS": "ltrr.agent.trajectory",

@@ -10,9 +10,9 @@ together (`hf_continue_batch`, left-padded, one KV cache) and each thread gets i
 search, injection, caching and stop rules run per thread as before.
 
 No library does this: transformers' ``generate`` takes one ``max_new_tokens``, one stop rule
-and one seed for the whole batch, while our rows differ in all three (a final answer-only turn
-stops on ``</answer>`` alone, the room left differs per row, and each GRPO sample has its own
-seed); vLLM would, but it is a GPU-only server dependency. ``hf_continue_batch`` is a plain
+and one seed for the whole batch, while our rows may differ in all three (the stop strings are
+each request's own, the room left differs per row, and each GRPO sample has its own seed); vLLM
+would, but it is a GPU-only server dependency. ``hf_continue_batch`` is a plain
 KV-cached decode loop with a `torch.Generator` per sampled row, so a row's sample depends on
 its seed and its prefix, not on its neighbours; greedy rows match `hf_continue` up to the float
 effects of padding (tested on a tiny model).

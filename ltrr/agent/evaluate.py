@@ -72,30 +72,41 @@ def select_questions(queries: pd.DataFrame, test: list[str], n: int, seed: int) 
 
 
 def design_normaliser(run, lm, labels: pd.DataFrame, design: list[str]):
-    """The fixed cost normaliser: 5th/95th percentiles of the scripted design trajectories' costs
-    (cached in ``agent/design_costs.json``, keyed by the settings that change them)."""
+    """The fixed cost normaliser of the ``[agent] reward``: 5th/95th percentiles of the scripted
+    design trajectories' costs (`ltrr.agent.reward_options.RouterR1Reward.fixed_normaliser` takes
+    them of the costs' square roots), cached in ``agent/design_costs.json``, keyed by the settings
+    that change them."""
     import hashlib
 
+    from ltrr.agent.reward_options import REWARDS
     from ltrr.agent.rewards import CostNormaliser
     from ltrr.agent.run import agent_dir
     from ltrr.agent.sft import SFTSpec, build_sft_trajectories
 
     acfg = run.config.agent
+    reward = REWARDS.get(acfg.reward)()
+    probe = reward.fixed_normaliser([0.0])  # the reward's rule, whatever the costs
+    # a rule other than ltrr's default is part of the key (and of the cached document), so bounds
+    # cached under another rule are never read back; ltrr's key and document are as they were
+    rule = {k: v for k, v in probe.rule.items() if v != CostNormaliser().rule[k]}
     spec = SFTSpec.from_mapping(acfg.sft)
     key = hashlib.sha256(json.dumps({"agent": {k: v for k, v in acfg.items() if k not in ("n_eval", "policy", "grpo")},
                                      "sft_spec": asdict(spec),  # its defaults (ties) shape the scripts too
-                                     "arms": run.config.arms, "design": sorted(design), "model": lm.identity},
+                                     "arms": run.config.arms, "design": sorted(design), "model": lm.identity,
+                                     **({"cost_rule": rule} if rule else {})},
                                     sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = agent_dir(run) / "design_costs.json"
     if path.exists():
         doc = json.loads(path.read_text())
         if doc.get("key") == key:
-            return CostNormaliser.fixed(doc["lo"], doc["hi"])
+            return CostNormaliser.from_dict(doc["normaliser"]) if "normaliser" in doc \
+                else CostNormaliser.fixed(doc["lo"], doc["hi"])
     trajs = build_sft_trajectories(run, lm, labels, design, spec)
     costs = [t.cost(run.pool.costs, acfg.token_price) for t in trajs]
-    norm = CostNormaliser.from_costs(costs)
+    norm = reward.fixed_normaliser(costs)
     lo, hi = norm.bounds()
-    write_text_atomic(path, json.dumps({"key": key, "lo": lo, "hi": hi, "n": len(costs)}, indent=1) + "\n")
+    doc = {"key": key, "lo": lo, "hi": hi, "n": len(costs), **({"normaliser": norm.to_dict()} if rule else {})}
+    write_text_atomic(path, json.dumps(doc, indent=1) + "\n")
     return norm
 
 

@@ -17,18 +17,27 @@ the optional KL to the SFT policy, checkpoints); ltrr owns the rollouts and the 
   scores -1 and nothing else counts; otherwise ``(1 - alpha) * outcome``, plus ``alpha *
   cost_reward`` only for a correct answer; `ltrr.agent.rewards.total_reward`) in one function,
   because TRL sums reward functions and the gate cannot be split. The cost reward uses a
-  rolling normaliser (5th-95th percentiles of the recent costs), checkpointed with the model.
+  rolling normaliser (5th-95th percentiles of the recent costs; under ``[agent] reward =
+  "router-r1"``, of their square roots, Router-R1's rule: `ltrr.agent.rewards.CostNormaliser`),
+  checkpointed with the model.
   It logs, per step, the format-valid rate, outcome, cost, cost reward and searches per
   question; TRL logs the reward, its standard deviation, the entropy and
   ``frac_reward_zero_std`` (the share of groups whose rewards are all equal: zero advantage).
 
 Router-R1's own settings (ulab-uiuc/Router-R1 at 801a240) beside ours, for the record: PPO
-with GAE, actor learning rate 1e-6, KL 0.001, 4 turns, temperature 1, 225 steps of batch 64 on
-Qwen2.5-3B. Ours differ because of compute, not by choice of method: GRPO needs no value
-model (half the memory and compute of PPO on 2 CPU cores); a 135M policy and a few dozen steps
-of 4 x 4 rollouts call for a larger learning rate than a 3B model over 225 x 64; the turns are
-capped at 2 (single-hop) and 3 (``multihop``) searches, with one passage of at most 128 tokens
-per search, so that a rollout stays near 1,200 tokens.
+with GAE, actor learning rate 1e-6, KL 0.001, an entropy bonus of 0.001
+(``verl/trainer/config/ppo_trainer.yaml:35``, ``entropy_coeff``), 4 turns, temperature 1, 225
+steps of batch 64 on Qwen2.5-3B. Ours differ because of compute, not by choice of method: GRPO
+needs no value model (half the memory and compute of PPO on 2 CPU cores); a 135M policy and a
+few dozen steps of 4 x 4 rollouts call for a larger learning rate than a 3B model over 225 x 64;
+the turns are capped at 2 (single-hop) and 3 (``multihop``) searches, with one passage of at
+most 128 tokens per search, so that a rollout stays near 1,200 tokens (SFT and evaluation state
+``[agent] max_turns`` for every question; `ltrr.agent.rl.make_rollouts` says why the budgets
+differ). There is no entropy bonus: ``GRPOConfig.entropy_coef`` is left at TRL's default, 0,
+as in GRPO as published (DeepSeekMath), which has no entropy term. It is not a `GRPOSpec`
+field because the spec is the committed runs' fingerprint (checkpoints and ``grpo.json`` are
+matched on it): a new field would refuse to resume or keep them. Not measured here; TRL logs
+the policy's entropy every step, so a collapse would show in the step log.
 
 Devices: ``[agent] device`` puts the policy on a torch device ("cpu" by default: TRL's
 ``use_cpu``; "cuda" on a GPU) for SFT, GRPO, RFT and evaluation alike, and ``[agent]
@@ -88,7 +97,9 @@ class GRPOSpec:
         as in `ltrr.agent.sft.SFTSpec`, with its defaults (chosen on SFT scripts, so that RL
         sees the arms as SFT did; not measured on GRPO rollouts).
     max_turns_single, max_turns_multihop : int
-        Searches before the final answer turn, for single-hop and ``multihop`` questions.
+        Searches before the final answer turn, for single-hop and ``multihop`` questions (the
+        prompt states them; SFT and evaluation state ``[agent] max_turns`` for every question,
+        see `ltrr.agent.rl.make_rollouts`).
     k, max_obs_tokens, max_new_tokens : int
         Passages per search, tokens per ``<information>`` block, tokens per model turn.
     window : int
@@ -341,7 +352,16 @@ def resume_state(last: Path, rollouts: RouterRollouts, prompt: str, log: Callabl
         raise ConfigError(f"the checkpoint {last} was trained on other arm descriptors in the prompt (the run's "
                           "labels or pool changed since); resuming would change the prompt mid-run: train into a "
                           "new folder, or restore the labels it was trained with")
-    rollouts.normaliser = type(rollouts.normaliser).from_dict(saved["normaliser"])
+    restored = type(rollouts.normaliser).from_dict(saved["normaliser"])
+    rule = getattr(rollouts.normaliser, "rule", None)
+    if rule is not None and restored.rule != rule:
+        # a checkpoint written before the rule was part of the normaliser's record (or under
+        # another [agent] reward): the window holds raw costs, so it is scored under this run's rule
+        log(f"[agent train] {last} kept its cost window under the rule {restored.rule}; scoring it with "
+            f"this run's rule {rule}")
+        restored = type(restored)(restored.window, lo_percentile=restored.lo_percentile,
+                                  hi_percentile=restored.hi_percentile, **rule).update(restored.history_)
+    rollouts.normaliser = restored
     rollouts.history = list(saved["history"])
     log(f"[agent train] resuming from {last}")
 
@@ -420,6 +440,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                              "prompts": list(prompts), **dict(fingerprint or {})}, log, stage="agent train")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     n = spec.rollouts_per_step
+    # no entropy_coef: TRL's default 0 (Router-R1's 0.001 is declared in the module docstring)
     args = GRPOConfig(output_dir=str(ckpt), max_steps=spec.steps, learning_rate=spec.learning_rate,
                       per_device_train_batch_size=spec.micro_batch, gradient_accumulation_steps=n // spec.micro_batch,
                       generation_batch_size=n, num_generations=spec.group_size, beta=spec.beta,

@@ -7,23 +7,52 @@
 2. The model continues the sequence until its text closes ``</search>`` or ``</answer>``
    (stop strings), ends its sequence, or writes ``max_new_tokens`` tokens; its ids are kept as
    they came (mask 1).
-3. A closed ``<search>ARM: sub-query</search>`` that names a real arm with a non-empty query
-   runs the arm (``search(arm, query, k)``); its passages, cut to ``max_obs_tokens`` tokens,
-   are injected as ``<information>...</information>`` (mask 0). An invalid call (unknown arm,
-   empty query, a malformed tag) injects nothing, as in Router-R1, and is recorded. Every
-   call, valid or not, counts towards ``max_turns``. A loop with an arm presentation
-   (`AgentLoop.with_view`) lists the arms in the view's order under its shown names, maps a
-   shown name back to the pool arm it stands for, and rejects a left-out arm as unknown.
+3. A closed ``<search>ARM: sub-query</search>`` that names an arm (`ltrr.agent.rewards.resolve_arm`:
+   its exact name, or the one arm equal to it ignoring case, as Router-R1 lower-cases it) with a
+   non-empty query runs the arm (``search(arm, query, k)``); its passages, cut to
+   ``max_obs_tokens`` tokens, are injected as ``<information>...</information>`` (mask 0). A
+   call to an unknown arm, or one whose search raises an ltrr error, injects
+   ``<information>None</information>`` (mask 0), as Router-R1 does for an unknown model or a
+   failed request (``router_r1/llm_agent/generation.py:403-417``), and is recorded as invalid.
+   A call without an ``ARM:`` prefix, with an empty query, naming two arms, or with a malformed
+   tag injects nothing, as Router-R1 injects nothing for its invalid routes (``generation.py:
+   418-423``), and is recorded. Every call, valid or not, counts towards ``max_turns``. A loop
+   with an arm presentation (`AgentLoop.with_view`) lists the arms in the view's order under its
+   shown names, maps a shown name back to the pool arm it stands for, and rejects a left-out arm
+   as unknown.
+
+   The call is parsed by `ltrr.agent.rewards.parse_search`, which departs from Router-R1's
+   ``split(":")`` (``route_service.py:173-174``) where that split is an accident of the string
+   operation: a query with a colon (``bm25: film: The Matrix``) runs whole here, theirs runs
+   only ``film``; a second arm prefix (``bm25: dense: q``) and an empty arm (``: q``) run
+   nothing and inject nothing here, where theirs runs ``bm25`` on ``dense`` and answers ``: q``
+   with ``None``; their template placeholders (``LLM-Name``, ``Your-Query``) mean nothing in our
+   prompt, so an arm of that name is unknown and such a query runs. Router-R1's format rule
+   punishes every one of these calls, so under ``reward = "router-r1"`` none earns a valid
+   format however it is run; ltrr's rule accepts the first and a placeholder word in a query,
+   on purpose (`ltrr.agent.reward_options.LtrrReward`).
 4. After ``max_turns`` calls a short instruction is injected (mask 0,
-   `ltrr.agent.prompt.FINAL_ANSWER_INSTRUCTION`) and the model writes one last turn with
-   searching disabled (only ``</answer>`` stops it).
+   `ltrr.agent.prompt.FINAL_ANSWER_INSTRUCTION`) and the model writes one last turn. It still
+   stops at ``</search>``, as Router-R1's last turn is cut there (``generation.py:286-318`` with
+   ``_postprocess_responses``, ``:63-68``): a search in that turn is recorded (reason
+   ``past_budget``, issue ``search_past_budget``), runs nothing, injects nothing and ends the
+   rollout without an answer, so the format rules punish it. Were ``</answer>`` the only stop
+   there, the model could write a search *and* an ``<information>`` block of its own, which the
+   counting format rules cannot tell from an injected one.
 5. The rollout ends at ``</answer>``, at a turn that closes nothing (``unclosed_tag``), or when
    the total token budget is spent (``token_cap``); see `ltrr.agent.trajectory` for the stop
    reasons and issues recorded.
 
+Whoever writes an ``<information>`` block, the format rules (`ltrr.agent.rewards.format_reward`,
+`ltrr.agent.reward_options.router_r1_format`) count every block and need as many as there are
+searches; since every call the loop answers gets exactly one injected block and every call it
+leaves unanswered breaks a rule of its own (no arm, an empty query, two arms, a malformed tag,
+a search past the budget), a block the model writes itself can never balance the count into a
+valid format.
+
 Bad input never raises: an empty question is recorded (``empty_question``) and answered with
 nothing, without a model call; an unknown arm, an over-long observation, a model that never
-closes a tag and an exhausted search budget are recorded in the trajectory.
+closes a tag, an exhausted search budget and a search past it are recorded in the trajectory.
 
 Every continuation goes through ltrr's `GenerationCache` when one is given, keyed (with
 `ltrr.generation.cache.cache_key`) by the backend, the model identity, the decoding parameters
@@ -77,6 +106,11 @@ SearchFn = Callable[[str, str, "int | None"], Sequence[tuple[str, str]]]
 INFO_HEAD = "\n\n<information>\n"
 INFO_TAIL = "\n</information>\n\n"
 NO_PASSAGES = "(no passages: this arm retrieves nothing)"
+#: The body of the block injected for a call that could not run (an unknown arm, a search
+#: error): Router-R1's ``<information>None</information>`` (``generation.py:405, 409``).
+FAILED_CALL = "None"
+#: Both closing tags stop every turn, the last one included (see the module, step 4).
+CLOSERS = ("</search>", "</answer>")
 _PROTOCOL_TAG = re.compile(r"</?(?:" + "|".join(TAGS) + r")>")
 
 
@@ -127,6 +161,32 @@ def _action(text: str, closers: Sequence[str]) -> tuple[str | None, str | None]:
     return tag, (None if start < 0 else text[start + len(opener): at])
 
 
+def _cut_after_closer(lm: ContinuationLM, cont: Continuation, closers: Sequence[str]) -> Continuation:
+    """``cont`` ended at its first closing tag, as Router-R1 cuts each response
+    (``_postprocess_responses``, ``generation.py:63-68``).
+
+    The backends already stop at the token that completes a stop string, so this changes
+    nothing for them; it guards against one that writes on (a server that ignores ``stop``, a
+    hand-written `ContinuationLM`), whose text after the tag could hold an ``<information>``
+    block of its own and an answer. At token level the ids are cut to the shortest prefix whose
+    text holds the tag (the last kept token may carry a few characters past it, as from any
+    decoder); at text level the text is cut right after the tag and its tokens counted again.
+    """
+    ends = [cont.text.find(c) + len(c) for c in closers if c in cont.text]
+    if not ends or not cont.text[min(ends):].strip():
+        return cont
+    end = min(ends)
+    closer = next(c for c in closers if cont.text[:end].endswith(c))
+    if lm.token_level:
+        keep = next((i for i in range(1, len(cont.ids) + 1) if closer in lm.decode(cont.ids[:i])), None)
+        if keep is None:  # the text is not the ids' (never from ltrr's backends): keep what came
+            return cont
+        ids = list(cont.ids[:keep])
+        return Continuation(lm.decode(ids), ids, len(ids), "stop", latency_s=cont.latency_s, cached=cont.cached)
+    text = cont.text[:end]
+    return Continuation(text, [], lm.count_tokens(text), "stop", latency_s=cont.latency_s, cached=cont.cached)
+
+
 def _sha256_of(prefix: Any) -> str:
     data = prefix if isinstance(prefix, str) else ",".join(map(str, prefix))
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
@@ -152,7 +212,8 @@ class AgentLoop:
     k : int or None
         Passages per search; None uses each arm's own ``k``.
     max_turns : int
-        Search calls before the final answer-only turn.
+        Search calls before the final turn (where only an answer is accepted: a search there
+        ends the rollout unanswered).
     max_new_tokens : int
         Token cap of one model turn.
     max_obs_tokens : int
@@ -344,16 +405,16 @@ class AgentLoop:
                 state.stop("token_cap")
                 break
             n_new = min(self.max_new_tokens, room)
-            closers = ("</answer>",) if final else ("</search>", "</answer>")
             params = DecodingParams(max_new_tokens=n_new, temperature=float(self.temperature),
-                                    top_p=float(self.top_p), stop=closers,
+                                    top_p=float(self.top_p), stop=CLOSERS,
                                     seed=int(seed) if self.temperature > 0 else 0)
             cont = self._continue(state, params)
             if cont.error is not None:
                 traj.error = cont.error
                 state.stop("error")
                 break
-            tag, content = _action(cont.text, closers)
+            cont = _cut_after_closer(lm, cont, CLOSERS)
+            tag, content = _action(cont.text, CLOSERS)
             state.add_model(cont, tag or ("eos" if cont.finish == "eos" else "length"))
             if tag == "answer":
                 traj.answer = None if content is None else content.strip()
@@ -361,10 +422,23 @@ class AgentLoop:
                     state.flag("malformed_answer")
                 traj.stop_reason = "max_turns" if final else "answered"
                 break
+            if tag == "search" and final:  # past the budget: recorded, nothing run or injected
+                self._past_budget(state, content)
+                traj.stop_reason = "max_turns"
+                break
             if tag == "search":
                 calls += 1
                 self._search(state, content)
                 continue
+            # A turn that closes no tag ends the rollout. Router-R1 instead lets such a rollout go
+            # on to its next turn (generation.py:418-423: no action, nothing injected, not done).
+            # We depart on purpose: our trajectories keep the model's exact ids, so a turn that
+            # ended at the end-of-sequence token would be continued after the model's own EOS id
+            # (Router-R1 decodes with skip_special_tokens and re-tokenises, which drops it); and a
+            # turn cut at max_new_tokens continued would only be a longer turn, which the per-turn
+            # cap exists to prevent (it keeps a CPU rollout near its token budget). The cost: such a
+            # rollout has no answer and scores -1 under either format rule, where Router-R1's could
+            # still answer in a later turn.
             state.stop("token_cap" if cont.finish == "length" and n_new < self.max_new_tokens
                        else "unclosed_tag")
             break
@@ -411,12 +485,24 @@ class AgentLoop:
             self.cache.put_many([(key, lm.backend, lm.identity, params, gen)])
         return cont
 
+    def _past_budget(self, state: _State, content: str | None) -> None:
+        """Record a search written in the final turn: it runs nothing and injects nothing."""
+        arm, query = (None, "") if content is None else parse_search(content, state.traj.arms)[:2]
+        state.traj.searches.append(Search(arm=arm, query=query, valid=False, reason="past_budget"))
+        state.flag("search_past_budget")
+
     def _search(self, state: _State, content: str | None) -> None:
         if content is None:
             state.traj.searches.append(Search(arm=None, query="", valid=False, reason="malformed_tag"))
             state.flag("invalid_search")
             return
-        arm, query, error = parse_search(content, state.traj.arms)  # the names the prompt shows
+        # arms by the names the prompt shows; `parse_search` resolves the name as the format rules do
+        arm, query, error = parse_search(content, state.traj.arms)
+        if error == "unknown_arm":
+            n, _ = state.inject_information(FAILED_CALL, self.max_obs_tokens)
+            state.traj.searches.append(Search(arm=arm, query=query, valid=False, reason=error, injected_tokens=n))
+            state.flag("invalid_search")
+            return
         if error is not None:
             state.traj.searches.append(Search(arm=arm, query=query, valid=False, reason=error))
             state.flag("invalid_search")
@@ -425,8 +511,9 @@ class AgentLoop:
         try:
             hits = self.search(arm, query, self.k)  # type: ignore[arg-type]
         except LtrrError as exc:
+            n, _ = state.inject_information(FAILED_CALL, self.max_obs_tokens)
             state.traj.searches.append(Search(arm=arm, query=query, valid=False,
-                                              reason=f"search_error: {exc}"))
+                                              reason=f"search_error: {exc}", injected_tokens=n))
             state.flag("search_error")
             return
         passages = _check_hits(hits, arm)[: self.k]  # type: ignore[arg-type]

@@ -38,6 +38,14 @@ __all__ = [
     "system_prompt",
 ]
 
+# Step 3 departs from Router-R1's prompt on purpose. Theirs (data_process/prompt_pool.py:17-19)
+# states no search budget, gives no call's cost or price, and encourages calling several
+# models, and the same one several times, to learn their strengths. Ours states the budget the
+# loop enforces (a 135M policy cannot learn an unstated limit from a few dozen GRPO steps, and a
+# search past it ends the rollout unanswered) and says to prefer a cheaper tool when it is likely
+# good enough, because each arm's cost is on its descriptor line and the reward's cost term
+# (`ltrr.agent.rewards`) pays for cheap correct answers; encouraging exploration would pull the
+# other way. Changing either changes every committed prompt, hence every policy trained on it.
 SYSTEM_TEMPLATE = """\
 You answer a question by consulting retrieval tools over several steps.
 

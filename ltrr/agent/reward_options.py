@@ -47,6 +47,7 @@ from typing import Any
 
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
+from ltrr.agent.rewards import resolve_arm
 
 __all__ = [
     "REWARDS",
@@ -92,9 +93,11 @@ _PUNCTUATION = frozenset(string.punctuation)
 def router_r1_format(text: str, arms: Iterable[str]) -> tuple[float, list[str]]:
     """Router-R1's format reward: ``(0.0, [])`` when every rule holds, else ``(-1.0, reasons)``.
 
-    ``reasons`` are names of `ROUTER_R1_FORMAT_RULES`. Their code checks an arm with its LLM
-    pool's fuzzy name table (``check_llm_name``); here an arm is valid when its stripped,
-    lower-cased name is the lower-cased name of one of ``arms``.
+    ``reasons`` are names of `ROUTER_R1_FORMAT_RULES`. Their code lower-cases the arm
+    (``verl/trainer/main_ppo.py:76``) and checks it with its LLM pool's fuzzy name table
+    (``check_llm_name``); here an arm is valid when `ltrr.agent.rewards.resolve_arm` finds it
+    among ``arms`` (its exact spelling, or the one arm equal to it ignoring case), the rule the
+    loop runs a search by, so this check and the loop agree on every call.
 
     Examples
     --------
@@ -106,7 +109,7 @@ def router_r1_format(text: str, arms: Iterable[str]) -> tuple[float, list[str]]:
     >>> router_r1_format(ok.replace("bm25: q", "bm25: bm25 q"), ["bm25"])
     (-1.0, ['search_arm_in_query'])
     """
-    names = {str(a).strip().lower() for a in arms}
+    names = [str(a) for a in arms]
     blocks = _BLOCK.findall(text)
     if not blocks:
         return -1.0, ["no_tag_block"]
@@ -137,7 +140,7 @@ def router_r1_format(text: str, arms: Iterable[str]) -> tuple[float, list[str]]:
     return (-1.0 if reasons else 0.0), reasons
 
 
-def _search_errors(content: str, names: set[str]) -> list[str]:
+def _search_errors(content: str, names: list[str]) -> list[str]:
     """Why a stripped ``<search>`` content breaks Router-R1's rules (``[]`` when it does not)."""
     if content.count(":") != 1:
         return ["search_colons"]
@@ -151,7 +154,7 @@ def _search_errors(content: str, names: set[str]) -> list[str]:
     # their check against copying the template: an empty arm name is "in" every query too
     if arm.lower() in query.lower():
         errors.append("search_arm_in_query")
-    if arm.lower() not in names:
+    if resolve_arm(arm, names) is None:
         errors.append("search_unknown_arm")
     return errors
 
@@ -230,15 +233,19 @@ def router_r1_total(format_score: float, score: float, cost_reward: float, alpha
 class LtrrReward:
     """Our reward (`ltrr.agent.rewards`); why it departs from Router-R1's on purpose:
 
-    - format: tags must nest properly *in order* (theirs balances counts only) and a search
-      must name an arm exactly; a ``<think>`` of ``...`` passes, and a query may contain its
-      arm's name (``bm25+reg: bm25 ranking``) or a colon (``bm25: film: The Matrix``): a small
-      policy warmed up by SFT is not tempted to copy a template, an arm's name can be a fair
-      query word, and punishing those would only thin the reward signal;
+    - format: tags must nest properly *in order* (theirs balances counts only); a ``<think>`` of
+      ``...`` passes, and a query may contain its arm's name (``bm25+reg: bm25 ranking``) or a
+      colon (``bm25: film: The Matrix``): a small policy warmed up by SFT is not tempted to copy
+      a template, an arm's name can be a fair query word, and punishing those would only thin
+      the reward signal. A search names its arm as theirs does and as the loop runs it
+      (`ltrr.agent.rewards.resolve_arm`: exactly, or the one arm equal to it ignoring case);
     - outcome: any registry metric (``recall`` by default, so a long correct answer is not
       penalised as SQuAD F1 penalises it);
     - cost: counted only for a *correct* answer (``outcome >= correct_threshold``), so a cheap,
-      half-right answer earns nothing for being cheap; theirs counts it for any F1 above 0.
+      half-right answer earns nothing for being cheap; theirs counts it for any F1 above 0;
+    - cost normaliser: `ltrr.agent.rewards.CostNormaliser`'s defaults (no square root, the
+      step rule when the window has no spread, a batch entering the window at once); the
+      class says why.
 
     The issue comparing them (28) measured 93.3% agreement of the format rules.
     """
@@ -247,6 +254,20 @@ class LtrrReward:
 
     def check(self, metric: Any) -> None:
         """Nothing to check: `ltrr.agent.rewards.outcome_reward` checks the metric when used."""
+
+    def rolling_normaliser(self, window: int) -> Any:
+        """The training (rolling) cost normaliser of this reward: ltrr's defaults."""
+        from ltrr.agent.rewards import CostNormaliser
+
+        norm = CostNormaliser(window=window)
+        norm._validate()
+        return norm
+
+    def fixed_normaliser(self, costs: Iterable[float]) -> Any:
+        """The evaluation (fixed) cost normaliser: 5th/95th percentiles of ``costs``."""
+        from ltrr.agent.rewards import CostNormaliser
+
+        return CostNormaliser.from_costs(costs)
 
     def score(self, text: str, arms: Sequence[str], answer: str | None, aliases: Sequence[str], *,
               cost_reward: float, alpha: float, metric: Any = "recall", correct_threshold: float = 1.0,
@@ -264,8 +285,18 @@ class LtrrReward:
 class RouterR1Reward:
     """Router-R1's released reward (see the module): their format rules, SQuAD F1 or EM of the
     last ``<answer>`` block, and ``(score + format) * (1 - alpha) + cost * alpha`` when the score
-    is above 0. ``[agent] metric`` must be ``f1`` (their default) or ``em``; ``correct_threshold``
-    is not used. The cost reward is the caller's (`ltrr.agent.rewards.CostNormaliser`)."""
+    is above 0. ``[agent] metric`` must be ``f1`` or ``em``: their ``RewardManager`` defaults to
+    ``f1`` (``verl/trainer/main_ppo.py:191``) but their released training script sets
+    ``reward_metric="em"`` (``train.sh:79``), so ``em`` reproduces their runs.
+    ``correct_threshold`` is not used.
+
+    The cost reward comes from the caller's `ltrr.agent.rewards.CostNormaliser`; the stages
+    build it with `rolling_normaliser` (training: Router-R1's rule, `CostNormaliser.router_r1`)
+    and `fixed_normaliser` (evaluation). Their validation scores with the same rolling buffer as
+    training (one module-level ``buffer``, ``main_ppo.py:44``, fed by both reward managers); our
+    evaluation keeps fixed bounds from the design part, under their square root and 0.5 rule,
+    so that a question's score does not depend on the questions scored before it.
+    """
 
     name = "router-r1"
     metrics = ("f1", "em")
@@ -274,7 +305,23 @@ class RouterR1Reward:
         """Refuse a metric their code has no rule for."""
         if str(metric) not in self.metrics:
             raise ConfigError(f'[agent] reward = "router-r1" scores with metric "f1" or "em" (their '
-                              f'reward_metric), got metric = {str(metric)!r}; set [agent] metric = "f1"')
+                              f'reward_metric), got metric = {str(metric)!r}; set [agent] metric = "em" '
+                              f'(their train.sh) or "f1" (their RewardManager\'s default)')
+
+    def rolling_normaliser(self, window: int = 1000) -> Any:
+        """The training cost normaliser: `ltrr.agent.rewards.CostNormaliser.router_r1` (the
+        square root of each cost, 5th-95th percentiles of the last ``window``, 0.5 without
+        spread, one cost at a time)."""
+        from ltrr.agent.rewards import CostNormaliser
+
+        return CostNormaliser.router_r1(window)
+
+    def fixed_normaliser(self, costs: Iterable[float]) -> Any:
+        """The evaluation cost normaliser: 5th/95th percentiles of the square roots of
+        ``costs``, 0.5 when they do not differ (see the class on why fixed)."""
+        from ltrr.agent.rewards import CostNormaliser
+
+        return CostNormaliser.from_costs(costs, transform="sqrt", no_spread=0.5)
 
     def outcome(self, text: str, aliases: Sequence[str], metric: Any = "f1") -> float:
         """SQuAD F1 or EM of the last ``<answer>`` block (0 without one)."""

@@ -15,8 +15,9 @@ a test compute the same numbers.
 
 This is the ``"ltrr"`` reward of ``[agent] reward``; ``"router-r1"`` reproduces Router-R1's
 released rules for parity (`ltrr.agent.reward_options`, whose `LtrrReward` says why ours differs:
-tags nested in order, a search naming its arm exactly, any registry metric as the outcome, the
-cost counted only for a correct answer).
+tags nested in order, a query that may hold a colon or its arm's name, any registry metric as
+the outcome, the cost counted only for a correct answer). Both name an arm by `resolve_arm`, the
+rule the loop runs a search by.
 
 Examples
 --------
@@ -37,15 +38,14 @@ Examples
 
 from __future__ import annotations
 
-import math
 import re
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ltrr._errors import ConfigError, DataError
+from ltrr.agent.costs import CostNormaliser, _finite
 
 __all__ = [
     "TAGS",
@@ -55,6 +55,7 @@ __all__ = [
     "format_reward",
     "outcome_reward",
     "parse_search",
+    "resolve_arm",
     "total_reward",
     "trajectory_cost",
 ]
@@ -84,19 +85,51 @@ def _blocks(text: str, tag: str) -> list[str]:
     return re.findall(rf"<{tag}>(.*?)</{tag}>", text, flags=re.S)
 
 
+def resolve_arm(name: str, arms: Iterable[str]) -> str | None:
+    """The arm of ``arms`` that ``name`` calls: the one spelled exactly so, else the one arm equal
+    to it ignoring case; None when there is none, or when several differ only by case.
+
+    The loop runs a search by this rule and both format rules (`format_reward`,
+    `ltrr.agent.reward_options.router_r1_format`) accept an arm by it, so a call that ran is never
+    punished as unknown, nor one that did not run rewarded. Router-R1 lower-cases the name both
+    when routing (``router_r1/llm_agent/route_service.py:173``) and in its format check
+    (``verl/trainer/main_ppo.py:76``); their model names never differ only by case, so refusing
+    such an ambiguity departs from them only where they cannot go.
+
+    Examples
+    --------
+    >>> resolve_arm("BM25", ["bm25", "dense"])
+    'bm25'
+    >>> resolve_arm("Dense", ["dense", "DENSE"]) is None  # two arms match ignoring case
+    True
+    >>> resolve_arm("DENSE", ["dense", "DENSE"])  # an exact match comes first
+    'DENSE'
+    """
+    names = [a for a in arms if isinstance(a, str)]
+    if name in names:
+        return name
+    folded = name.lower()
+    hits = [a for a in names if a.lower() == folded]
+    return hits[0] if len(hits) == 1 else None
+
+
 def parse_search(content: str, arms: Iterable[str]) -> tuple[str | None, str, str | None]:
     """Split the content of a ``<search>`` block into ``(arm, sub-query, error)``.
 
-    The content must be ``ARM: sub-query``: one prefix naming an arm of ``arms`` (exact
-    spelling), a colon, a non-empty sub-query. ``error`` is None for a valid call, else one of
-    `SEARCH_ERRORS`: ``no_arm`` (no ``ARM:`` prefix), ``several_arms`` (the sub-query itself
-    starts with another ``ARM:`` prefix), ``unknown_arm``, ``empty_query``. A colon inside the
-    sub-query is kept (``bm25: film: the matrix`` searches ``film: the matrix``).
+    The content must be ``ARM: sub-query``: one prefix naming an arm of ``arms`` (`resolve_arm`:
+    its exact spelling, or the one arm equal to it ignoring case), a colon, a non-empty
+    sub-query. ``arm`` is the arm of ``arms`` when one is named (as written otherwise).
+    ``error`` is None for a valid call, else one of `SEARCH_ERRORS`: ``no_arm`` (no ``ARM:``
+    prefix), ``several_arms`` (the sub-query itself starts with another ``ARM:`` prefix),
+    ``unknown_arm``, ``empty_query``. A colon inside the sub-query is kept (``bm25: film: the
+    matrix`` searches ``film: the matrix``).
 
     Examples
     --------
     >>> parse_search(" bm25: who painted the Mona Lisa ", ["bm25", "dense"])
     ('bm25', 'who painted the Mona Lisa', None)
+    >>> parse_search("BM25: Mona Lisa", ["bm25", "dense"])
+    ('bm25', 'Mona Lisa', None)
     >>> parse_search("google: Mona Lisa", ["bm25"])
     ('google', 'Mona Lisa', 'unknown_arm')
     >>> parse_search("bm25: dense: Mona Lisa", ["bm25", "dense"])
@@ -104,20 +137,21 @@ def parse_search(content: str, arms: Iterable[str]) -> tuple[str | None, str, st
     >>> parse_search("Mona Lisa", ["bm25"])
     (None, 'Mona Lisa', 'no_arm')
     """
-    names = set(arms)
+    names = list(arms)
     content = content.strip()
     if ":" not in content:
         return None, content, "no_arm"
     arm, query = (part.strip() for part in content.split(":", 1))
     if not arm:
         return None, query, "no_arm"
-    if ":" in query and query.split(":", 1)[0].strip() in names:
-        return arm, query, "several_arms"
-    if arm not in names:
+    named = resolve_arm(arm, names)
+    if ":" in query and resolve_arm(query.split(":", 1)[0].strip(), names) is not None:
+        return named or arm, query, "several_arms"
+    if named is None:
         return arm, query, "unknown_arm"
     if not query:
-        return arm, query, "empty_query"
-    return arm, query, None
+        return named, query, "empty_query"
+    return named, query, None
 
 
 def format_reward(text: str, arms: Iterable[str]) -> tuple[float, list[str]]:
@@ -263,6 +297,15 @@ def trajectory_cost(
     by default, 0.0 for ``none``) and ``token_price`` is the cost, in those same units, of one
     token the loop injects into the context (the ``<information>`` blocks the model reads).
 
+    This departs from Router-R1 on purpose. Their call costs the *called model's* completion
+    tokens times *its own* price per million tokens (``router_r1/llm_agent/route_service.py:129``,
+    ``int(completion_tokens) * API_PRICE_1M_TOKENS[LLM_NAME]``), because their arms are LLMs
+    billed per generated token. Our arms are retrievers: a search costs the same whether it
+    returns one passage or three (a fixed cost per arm, set in the pool), and what grows with the
+    passages is the reading the *policy* does, priced once for every arm by ``token_price``
+    because the same policy reads every block. A failed call (an unknown arm, a search error)
+    costs nothing, as their failed call does (0 completion tokens).
+
     Parameters
     ----------
     searches : sequence of str
@@ -347,216 +390,3 @@ def total_reward(
     if outcome >= correct_threshold:
         reward += alpha * float(cost_reward)
     return reward
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
-        and math.isfinite(float(x))
-
-
-class CostNormaliser:
-    """Turn trajectory costs into cost rewards in [0, 1] (1 = cheapest).
-
-    A cost is normalised between a low and a high bound, ``(cost - lo) / (hi - lo)`` clipped to
-    [0, 1], and inverted: ``cost_reward = 1 - normalised``. When ``hi == lo`` a cost at or
-    below ``lo`` normalises to 0 and one above to 1. The bounds come from one of two modes:
-
-    - **training** (``CostNormaliser(window=...)``): the ``lo_percentile`` and ``hi_percentile``
-      (5th and 95th) of the last ``window`` costs passed to `update` (numpy's linear
-      interpolation), so the scale follows the policy as it gets cheaper;
-    - **evaluation** (`fixed` or `from_costs`): bounds set once, for instance from the costs of
-      the design part, and never updated, so a trajectory's score never depends on what was
-      scored before it.
-
-    Parameters
-    ----------
-    window : int
-        Costs kept in training mode (the most recent ones).
-    lo_percentile, hi_percentile : float
-        Percentiles (0-100) of the window used as bounds in training mode.
-    lo, hi : float, optional
-        Fixed bounds (evaluation mode); set both or neither. Prefer `fixed` / `from_costs`.
-
-    Examples
-    --------
-    >>> norm = CostNormaliser(window=21).update(range(21))
-    >>> norm.bounds()
-    (1.0, 19.0)
-    >>> norm.cost_reward([0.0, 10.0, 25.0]).tolist()
-    [1.0, 0.5, 0.0]
-    >>> frozen = CostNormaliser.fixed(0.0, 4.0)
-    >>> frozen.cost_reward(1.0)
-    0.75
-    >>> CostNormaliser.from_dict(frozen.to_dict()).cost_reward(1.0)
-    0.75
-    """
-
-    def __init__(
-        self,
-        window: int = 512,
-        *,
-        lo_percentile: float = 5.0,
-        hi_percentile: float = 95.0,
-        lo: float | None = None,
-        hi: float | None = None,
-    ):
-        self.window = window
-        self.lo_percentile = lo_percentile
-        self.hi_percentile = hi_percentile
-        self.lo = lo
-        self.hi = hi
-        self.history_: deque[float] = deque()
-
-    # ---- construction ---------------------------------------------------------------------
-    @classmethod
-    def fixed(cls, lo: float, hi: float) -> CostNormaliser:
-        """An evaluation-mode normaliser with bounds ``lo <= hi``."""
-        norm = cls(lo=lo, hi=hi)
-        norm._validate()
-        return norm
-
-    @classmethod
-    def from_costs(
-        cls, costs: Iterable[float], *, lo_percentile: float = 5.0, hi_percentile: float = 95.0
-    ) -> CostNormaliser:
-        """An evaluation-mode normaliser whose bounds are percentiles of ``costs`` (taken once)."""
-        values = _costs_array(costs)
-        if values.size == 0:
-            raise DataError("CostNormaliser.from_costs needs at least one cost")
-        _check_percentiles(lo_percentile, hi_percentile)
-        lo, hi = np.percentile(values, [lo_percentile, hi_percentile])
-        norm = cls(lo_percentile=lo_percentile, hi_percentile=hi_percentile, lo=float(lo), hi=float(hi))
-        norm._validate()
-        return norm
-
-    @property
-    def mode(self) -> str:
-        """``"fixed"`` (evaluation) or ``"rolling"`` (training)."""
-        return "fixed" if self.lo is not None or self.hi is not None else "rolling"
-
-    def _validate(self) -> None:
-        _check_percentiles(self.lo_percentile, self.hi_percentile)
-        if self.mode == "fixed":
-            if self.lo is None or self.hi is None:
-                raise ConfigError("CostNormaliser: set both lo and hi (evaluation mode) or neither")
-            if not (_finite(self.lo) and _finite(self.hi)) or self.lo > self.hi:
-                raise ConfigError(
-                    f"CostNormaliser bounds must be finite with lo <= hi, got lo={self.lo!r}, "
-                    f"hi={self.hi!r}"
-                )
-        elif isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) \
-                or self.window < 1:
-            raise ConfigError(f"CostNormaliser window must be a positive integer, got {self.window!r}")
-
-    # ---- training mode -------------------------------------------------------------------
-    def update(self, costs: float | Iterable[float]) -> CostNormaliser:
-        """Add costs to the training window (oldest dropped beyond ``window``); returns self.
-
-        Raises `ConfigError` in evaluation mode, whose bounds never move.
-        """
-        self._validate()
-        if self.mode == "fixed":
-            raise ConfigError(
-                "this CostNormaliser has fixed bounds (evaluation mode) and is never updated; "
-                "build CostNormaliser(window=...) for training"
-            )
-        if self.history_.maxlen != self.window:
-            self.history_ = deque(self.history_, maxlen=int(self.window))
-        self.history_.extend(_costs_array(costs).tolist())
-        return self
-
-    def bounds(self) -> tuple[float, float]:
-        """The current ``(lo, hi)``."""
-        self._validate()
-        if self.mode == "fixed":
-            return float(self.lo), float(self.hi)  # type: ignore[arg-type]
-        if not self.history_:
-            raise ConfigError(
-                "this CostNormaliser has seen no cost yet; call update(costs) with the batch's "
-                "costs before scoring them (or use CostNormaliser.fixed for evaluation)"
-            )
-        lo, hi = np.percentile(np.asarray(self.history_), [self.lo_percentile, self.hi_percentile])
-        return float(lo), float(hi)
-
-    # ---- scoring -------------------------------------------------------------------------
-    def normalise(self, cost: float | Iterable[float]) -> Any:
-        """Costs scaled to [0, 1] between the bounds (a float for a float, else an array)."""
-        lo, hi = self.bounds()
-        values, scalar = _costs_array(cost, with_shape=True)
-        if hi > lo:
-            # halves never overflow, and halving is exact: the same numbers as (c - lo) / (hi - lo)
-            # for any representable bounds; costs outside [lo, hi] are set apart
-            with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
-                frac = (values / 2 - lo / 2) / (hi / 2 - lo / 2)
-            out = np.where(values <= lo, 0.0, np.where(values >= hi, 1.0, np.clip(frac, 0.0, 1.0)))
-        else:
-            out = (values > lo).astype(np.float64)
-        return float(out[0]) if scalar else out
-
-    def cost_reward(self, cost: float | Iterable[float]) -> Any:
-        """``1 - normalise(cost)``: 1 for the cheapest, 0 for the dearest."""
-        n = self.normalise(cost)
-        return 1.0 - n
-
-    # ---- persistence ---------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict that `from_dict` reads back (the training window included)."""
-        self._validate()
-        d: dict[str, Any] = {"mode": self.mode, "window": int(self.window),
-                             "lo_percentile": float(self.lo_percentile),
-                             "hi_percentile": float(self.hi_percentile)}
-        if self.mode == "fixed":
-            d.update(lo=float(self.lo), hi=float(self.hi))  # type: ignore[arg-type]
-        else:
-            d["history"] = [float(c) for c in self.history_]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CostNormaliser:
-        """Rebuild a normaliser from `to_dict` output; a malformed dict raises `DataError`."""
-        if not isinstance(d, Mapping) or d.get("mode") not in ("fixed", "rolling"):
-            raise DataError(f"not a CostNormaliser dict (mode 'fixed' or 'rolling'): {d!r}"[:200])
-        keys = {"mode", "window", "lo_percentile", "hi_percentile", "lo", "hi", "history"}
-        unknown = sorted(set(d) - keys)
-        if unknown:
-            raise DataError(f"CostNormaliser dict has unknown key(s) {unknown}")
-        try:
-            norm = cls(d.get("window", 512), lo_percentile=d.get("lo_percentile", 5.0),
-                       hi_percentile=d.get("hi_percentile", 95.0), lo=d.get("lo"), hi=d.get("hi"))
-            if norm.mode != d["mode"]:
-                raise ConfigError(f"mode {d['mode']!r} does not match its bounds")
-            norm._validate()
-            if norm.mode == "rolling":
-                norm.update(d.get("history", []))
-        except ConfigError as exc:
-            raise DataError(f"bad CostNormaliser dict: {exc}") from None
-        return norm
-
-    def __repr__(self) -> str:
-        if self.mode == "fixed":
-            return f"CostNormaliser.fixed(lo={self.lo!r}, hi={self.hi!r})"
-        return f"CostNormaliser(window={self.window!r}, seen={len(self.history_)})"
-
-
-def _check_percentiles(lo: Any, hi: Any) -> None:
-    if not (_finite(lo) and _finite(hi)) or not 0.0 <= lo <= hi <= 100.0:
-        raise ConfigError(
-            f"CostNormaliser percentiles must satisfy 0 <= lo_percentile <= hi_percentile <= 100, "
-            f"got {lo!r} and {hi!r}"
-        )
-
-
-def _costs_array(costs: Any, *, with_shape: bool = False) -> Any:
-    """Costs as a 1-d float array (and, with ``with_shape``, whether one number was given)."""
-    try:
-        if isinstance(costs, (int, float, np.number, np.ndarray)):
-            values = np.asarray(costs, dtype=np.float64)
-        else:
-            values = np.asarray(list(costs), dtype=np.float64)
-    except (TypeError, ValueError):
-        raise DataError(f"costs must be numbers, got {costs!r}"[:200]) from None
-    scalar = values.ndim == 0
-    values = np.atleast_1d(values)
-    if values.ndim != 1 or not np.all(np.isfinite(values)):
-        raise DataError(f"costs must be finite numbers, got {costs!r}"[:200])
-    return (values, scalar) if with_shape else values

@@ -67,7 +67,7 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     and each question's arm presentation per step (``spec``'s view settings)."""
     from ltrr.agent.grpo import LiveLM, RouterRollouts
     from ltrr.agent.presentation import draw_view, view_settings
-    from ltrr.agent.rewards import CostNormaliser
+    from ltrr.agent.reward_options import REWARDS
     from ltrr.agent.run import gold_answers, labels_table, make_loop, partition
 
     labels = labels_table(run)
@@ -76,6 +76,15 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     live = LiveLM(policy, policy.hf_model)
     common = {"k": spec.k, "max_obs_tokens": spec.max_obs_tokens, "max_new_tokens": spec.max_new_tokens,
               "temperature": spec.temperature}
+    # The search budget, which the prompt states ("at most N time(s)"), is GRPO's own here: 2 for a
+    # single-hop question and 3 for a multihop one (`GRPOSpec`), while SFT's scripts and the
+    # evaluation use ``[agent] max_turns`` (3 in the committed configs) for every question
+    # (`ltrr.agent.run.make_loop`). On purpose, for compute: it keeps a GRPO rollout near 1,200
+    # tokens (`ltrr.agent.grpo`), and SFT's scripts search a single-hop question once at most, so
+    # a budget of 2 cuts nothing they teach. What it costs: a single-hop prompt says "at most 2"
+    # in RL and "at most 3" in SFT and evaluation. Making them one would change the prompts, and so
+    # the policies and figures, of the committed SFT, GRPO and evaluation runs; it is declared
+    # instead. (Router-R1 states no budget in its prompt and trains with max_turns=4, train.sh:78.)
     single = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_single, **common)
     multi = make_loop(run, live, labels, design=design, use_cache=False, max_turns=spec.max_turns_multihop, **common)
     qtypes = {qid: t for qid, _, t in questions}
@@ -88,7 +97,8 @@ def make_rollouts(run, policy, spec, *, alpha: float, out: Path | None, question
     acfg = run.config.agent
     rollouts = RouterRollouts(lambda qid: multi if qtypes[qid] == "multihop" else single,
                               {text: qid for qid, text, _ in questions}, gold_answers(run),
-                              run.pool.costs, CostNormaliser(window=spec.window), spec.group_size, alpha=alpha,
+                              run.pool.costs, REWARDS.get(acfg.reward)().rolling_normaliser(spec.window),
+                              spec.group_size, alpha=alpha,
                               token_price=acfg.token_price, metric=acfg.metric,
                               correct_threshold=acfg.correct_threshold, seed=run.config.seed, out=out,
                               batch=acfg.rollout_batch, reward=acfg.reward, views=views)

@@ -22,7 +22,7 @@ Stop reasons (`STOP_REASONS`):
 
 - ``answered``: the model closed ``</answer>`` within its search budget;
 - ``max_turns``: the search budget was spent; the loop asked for the answer and ran one last
-  turn without searching (``answer`` is set when the model gave one);
+  turn, where a search ends the rollout unanswered (``answer`` is set when the model gave one);
 - ``unclosed_tag``: a turn ended (per-turn token cap or end of sequence) without closing
   ``</search>`` or ``</answer>``;
 - ``token_cap``: the total token budget (the model's context) ran out;
@@ -54,7 +54,7 @@ __all__ = [
 STOP_REASONS = ("answered", "max_turns", "unclosed_tag", "token_cap", "empty_question", "error")
 #: What a rollout records in ``Trajectory.issues`` (each at most once, in the order it happened).
 ISSUES = ("empty_question", "invalid_search", "search_error", "obs_truncated", "max_turns",
-          "malformed_answer", "unclosed_tag", "token_cap", "error")
+          "search_past_budget", "malformed_answer", "unclosed_tag", "token_cap", "error")
 ROLES = ("model", "injected")
 #: A model turn ends at a ``search`` or ``answer`` closing tag, at the end of sequence (``eos``)
 #: or at its token cap (``length``); an injected turn is an ``information`` block or the
@@ -102,11 +102,14 @@ class Search:
         The arm ran and its passages were injected.
     reason : str or None
         Why the call was invalid: a `ltrr.agent.rewards.SEARCH_ERRORS` name,
-        ``malformed_tag`` (no ``<search>`` before ``</search>``) or ``search_error: ...``.
+        ``malformed_tag`` (no ``<search>`` before ``</search>``), ``search_error: ...`` or
+        ``past_budget`` (written in the final turn; it ended the rollout). An ``unknown_arm``
+        or ``search_error`` call got an ``<information>None</information>`` block, as in
+        Router-R1; the others got nothing.
     docids : list of str
         The injected passages, in rank order.
     injected_tokens : int
-        Tokens of the ``<information>`` block.
+        Tokens of the ``<information>`` block (the ``None`` block of a failed call included).
     truncated : bool
         The passages were cut to ``max_obs_tokens``.
     """
@@ -173,7 +176,9 @@ class Trajectory:
 
     @property
     def information_tokens(self) -> int:
-        """Tokens of the ``<information>`` blocks (what the cost's token term counts)."""
+        """Tokens of the valid searches' ``<information>`` blocks (what the cost's token term
+        counts: the ``None`` block of a failed call costs nothing, as Router-R1's failed call
+        has no completion tokens)."""
         return sum(s.injected_tokens for s in self.searches if s.valid)
 
     @property
@@ -348,9 +353,10 @@ def score_trajectories(
 
     For each trajectory: `format_reward` of its text against its arms, `outcome_reward` of its
     answer, its `Trajectory.cost` turned into a cost reward by ``normaliser`` and
-    `total_reward`. A training-mode (rolling) normaliser is first updated with the batch's
-    costs, so the batch is scored on a window that includes it; an evaluation-mode (fixed)
-    one is only read.
+    `total_reward`. The cost rewards come from `CostNormaliser.score_batch`: a training-mode
+    (rolling) normaliser is fed the batch's costs first, so the batch is scored on a window that
+    includes it (or, with Router-R1's rule, `CostNormaliser.router_r1`, each cost just before it
+    is scored); an evaluation-mode (fixed) one is only read.
 
     Parameters
     ----------
@@ -358,6 +364,8 @@ def score_trajectories(
     gold : sequence of alias lists (aligned) or mapping of qid to alias list
     arm_costs, token_price : see `ltrr.agent.rewards.trajectory_cost`
     normaliser : CostNormaliser
+        The caller's: the named reward says which rule suits it
+        (`ltrr.agent.reward_options.RouterR1Reward.rolling_normaliser`, ...).
     alpha, correct_threshold : see `ltrr.agent.rewards.total_reward`
     metric : str or Metric
         See `ltrr.agent.rewards.outcome_reward`.
@@ -385,11 +393,9 @@ def score_trajectories(
         if len(golds) != len(trajectories):
             raise DataError(f"{len(trajectories)} trajectories but {len(golds)} gold alias lists")
     costs = [t.cost(arm_costs, token_price) for t in trajectories]
-    if normaliser.mode == "rolling" and costs:
-        normaliser.update(costs)
+    cost_rewards = normaliser.score_batch(costs)
     totals = []
-    for traj, aliases, cost in zip(trajectories, golds, costs, strict=True):
-        cost_r = float(normaliser.cost_reward(cost))
+    for traj, aliases, cost, cost_r in zip(trajectories, golds, costs, cost_rewards.tolist(), strict=True):
         parts = scorer.score(traj.text, traj.arms, traj.answer, aliases, cost_reward=cost_r, alpha=alpha,
                              metric=metric, correct_threshold=correct_threshold, question=traj.question)
         traj.rewards = {**parts, "cost": cost, "cost_reward": cost_r, "alpha": alpha, "metric": str(metric),
