@@ -235,3 +235,19 @@ def test_status_says_a_bad_pool_is_an_error_before_any_stage_runs(env, capsys):
     cfg.write_text(cfg.read_text().replace("k = 2", "k = -3"))
     assert main(["status", str(cfg)]) == 2
     assert "arms[0] ('bm25').k must be a positive integer, got -3" in _err(capsys)
+
+
+@pytest.mark.parametrize("text, why", [("{not json", "eval.json: not valid JSON"),
+                                       ("{}", "eval.json: not an `ltrr agent eval` document (no metric, normaliser)"),
+                                       ("[1]", "eval.json: expected a JSON object")])
+def test_agent_compare_and_sweep_refuse_a_bad_eval_json(env, capsys, text, why):
+    """A malformed eval.json was a JSONDecodeError traceback, `{}` a KeyError."""
+    for name in ("a", "b"):
+        (env / name).mkdir()
+        (env / name / "eval.json").write_text(text)
+    assert main(["agent", "compare", str(env / "a"), str(env / "b")]) == 2
+    assert why in _err(capsys)
+    assert main(["agent", "sweep", str(env / "a"), str(env / "b"), "--alphas", "0.1,0.2"]) == 2
+    assert why in _err(capsys)
+    assert main(["agent", "compare", str(env / "nothing"), str(env / "a")]) == 2
+    assert "nothing: no evaluation (eval.json); run `ltrr agent eval` first" in _err(capsys)

@@ -331,12 +331,17 @@ def load_evals(folders) -> tuple[list[dict], list[dict], list[str]]:
     (their rewards would not compare), or when they share no question."""
     from ltrr.agent.trajectory import load_trajectories
 
+    from ltrr.data.io import read_saved_meta
+
     docs, trajs = [], []
     for folder in map(Path, folders):
-        path = folder / "eval.json"
-        if not path.exists():
+        if not (folder / "eval.json").exists():
             raise DataError(f"{folder}: no evaluation (eval.json); run `ltrr agent eval` first")
-        docs.append(json.loads(path.read_text()))
+        doc = read_saved_meta(folder / "eval.json", "run `ltrr agent eval` first")
+        missing = [k for k in ("metric", "normaliser") if k not in doc]
+        if missing:
+            raise DataError(f"{folder / 'eval.json'}: not an `ltrr agent eval` document (no {', '.join(missing)})")
+        docs.append(doc)
         trajs.append({t.qid: t for t in load_trajectories(folder / "trajectories.jsonl")})
     if len({json.dumps([d["metric"], d["normaliser"]], sort_keys=True) for d in docs}) > 1:
         raise DataError("the evaluations used different metrics or cost normalisers; evaluate them again")
