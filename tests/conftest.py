@@ -1,11 +1,16 @@
 """Settings every test module shares.
 
 `make test` runs the suite on every core with pytest-xdist (``-n auto --dist loadfile``). Each
-module's tests stay on one worker, in their order: a module's fixtures, and some of its tests,
-build on what an earlier test of the module made. (``--dist loadgroup`` with our own per-module
-groups did this until pytest 9.2: xdist 3.8 marks a group by rewriting ``item._nodeid``, which
-pytest 9.2 no longer reads, so the groups silently fell apart and order-dependent tests failed
-on whichever worker ran them first.)
+module's tests stay on one worker, in their order, so a module's module-scoped fixtures (a run
+folder, an index, a fitted model) are built once, by whichever of its tests needs one first,
+not once per worker. (``--dist loadgroup`` with our own per-module groups did this until pytest
+9.2: xdist 3.8 marks a group by rewriting ``item._nodeid``, which pytest 9.2 no longer reads, so
+the groups silently fell apart; tests/test_xdist_order.py now checks the distribution mode.)
+
+No test may rely on an earlier test of its module having run: what a test reads, it makes, or
+it requests a fixture that builds it (tests/test_pipeline_e2e.py's ``run_a`` and ``proto`` build
+the runs several of its tests read), so any single test passes alone
+(``pytest tests/test_x.py::test_y``) and in any selection.
 
 Modules that build on-disk state outside ``tmp_path`` (the demo and its indexes in the shared
 data root) build it under `_data_root.data_root_lock`, so two workers never build or replace it at once;

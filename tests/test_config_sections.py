@@ -120,7 +120,7 @@ def test_sections_are_frozen_mappings_that_round_trip(name):
     sec = getattr(cfg, name)
     assert isinstance(sec, Section) and isinstance(sec, section_classes()[name])
     key = next(iter(sec))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot assign to field '{key}'"):
         setattr(sec, key, None)
     for k in sec:  # attribute and mapping access agree
         if k in {f.name for f in settings_of(sec)}:
@@ -138,7 +138,7 @@ def test_sections_are_frozen_mappings_that_round_trip(name):
 
 def test_the_config_is_frozen_and_changed_by_replace():
     cfg = load_config("demo")
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'policy'"):
         cfg.policy = {}
     new = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, representation="lm"))
     assert new.policy.representation == "lm" and cfg.policy.representation == "features"
@@ -224,13 +224,19 @@ def test_the_cli_help_shows_the_fields_units(capsys):
     from ltrr.cli import build_parser
 
     p = build_parser()
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^0$") as exc:
         p.parse_args(["context", "run", "-h"])
+    assert exc.value.code == 0  # help is no error
     text = " ".join(capsys.readouterr().out.split())
     assert "--token-budget TOKEN_BUDGET base token budget B, in tokens (default: [context] base_budget)" in text
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="^0$") as exc:
         p.parse_args(["agent", "eval", "-h"])
+    assert exc.value.code == 0
     assert "test questions (default: [agent] n_eval)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit, match="^2$") as exc:  # a usage error
+        p.parse_args(["context", "run", "c", "--token-budget", "many"])
+    assert exc.value.code == 2
+    assert "argument --token-budget: invalid" in capsys.readouterr().err
     assert p.parse_args(["data", "build", "demo"]).seed == 13
     assert p.parse_args(["agent", "train", "c", "--alpha", "0.3"]).alpha == 0.3
 

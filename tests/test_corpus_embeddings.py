@@ -115,22 +115,22 @@ def test_a_corrupt_or_missing_shipped_matrix_is_one_clear_error(root):
 def test_a_dense_index_built_twice_encodes_once(root, monkeypatch):
     corpus = pd.DataFrame({"docid": ["a", "b", "c"], "title": ["Cats", "Dogs", "Canberra"],
                            "text": ["Cats purr.", "Dogs bark.", "The capital of Australia."]})
-    calls = []
-    real = ce.corpus_embeddings
+    encoded = []  # passages per encode_passages call of any "test-hash" encoder instance
+    real = _wiki.HashEncoder.encode_passages
 
-    def spy(enc, texts, **kw):
-        before = len(list(ce.cache_folder().glob("*.npy"))) if ce.cache_folder().exists() else 0
-        out = real(enc, texts, **kw)
-        calls.append(before)
-        return out
+    def counting(self, texts, *args, **kw):
+        encoded.append(len(texts))
+        return real(self, texts, *args, **kw)
 
-    monkeypatch.setattr(ce, "corpus_embeddings", spy)
+    monkeypatch.setattr(_wiki.HashEncoder, "encode_passages", counting)
     one = DenseRetriever("test-hash").index(corpus).save(root / "one")
+    assert sum(encoded) == 3  # the first build encodes every passage
     two = DenseRetriever("test-hash").index(corpus).save(root / "two")
-    assert calls == [0, 1]  # the second build found the first one's matrix
+    assert sum(encoded) == 3  # the second build encodes none: it found the first one's matrix
     a, b = Retriever.load(one), Retriever.load(two)
     q = pd.DataFrame({"qid": ["q"], "question": ["why do cats purr"]})
     pd.testing.assert_frame_equal(a.search(q, k=3), b.search(q, k=3))
+    assert encoded == [3]  # loading and searching encode no passage
 
 
 @pytest.mark.slow

@@ -116,8 +116,13 @@ def test_tiny_folder_greedy_is_deterministic_and_counted(tiny):
 
 def test_tiny_folder_sampling_is_seeded(tiny):
     gen = TransformersGenerator(tiny)
-    p = DecodingParams(max_new_tokens=8, temperature=1.0, seed=11)
-    assert gen.generate(["the capital"], p)[0].text == gen.generate(["the capital"], p)[0].text
+    hot = [DecodingParams(max_new_tokens=8, temperature=1.0, seed=s) for s in (11, 11, 12, 13, 14)]
+    texts = [gen.generate(["the capital"], p)[0].text for p in hot]
+    assert texts[0] == texts[1]  # one seed, one text
+    # sampling is not ignored: other seeds draw other texts, and not all of them the greedy one
+    greedy = gen.generate(["the capital"], DecodingParams(max_new_tokens=8))[0].text
+    assert len(set(texts[1:])) > 1
+    assert greedy not in texts
 
 
 def test_tiny_folder_without_chat_template(tiny):

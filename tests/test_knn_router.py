@@ -115,7 +115,7 @@ def test_knn_bad_parameters_are_config_errors(params, match):
 
 def test_knn_bad_input(tmp_path):
     raw, labels = clustered(n_per=3)
-    with pytest.raises(NotFittedError):
+    with pytest.raises(NotFittedError, match=r"KNNRouter is not fitted; call fit\(raw, labels\)"):
         KNNRouter().route_scores(raw)
     with pytest.raises(DataError, match="needs training labels"):
         KNNRouter().fit(raw)

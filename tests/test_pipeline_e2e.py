@@ -1,7 +1,14 @@
-"""The whole main job on a small dataset with a tiny real model: determinism, skips, notebook."""
+"""The whole main job on a small dataset with a tiny real model: determinism, skips, notebook.
+
+Every test passes alone. The runs that several tests read (run "a", and "proto" with its
+protocol) are module-scoped fixtures (`run_a`, `proto`): the first test that needs one builds
+it, the others reuse it, so the module builds each once, whatever the order or selection.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from pathlib import Path
@@ -124,12 +131,44 @@ def project(tmp_path_factory):
         os.environ["LTRR_DATA_DIR"] = old
 
 
-def test_run_twice_same_seed_identical_and_skips(project, capsys, monkeypatch):
+def _main_out(root: Path, argv: list[str]) -> str:
+    """``ltrr <argv>`` run from ``root`` (features/<run>/ is written under the working
+    directory), asserted to exit 0; returns what it printed on stdout."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.chdir(root)
+        code = main(argv)
+    assert code == 0, f"ltrr {' '.join(argv)} exited {code}:\n{err.getvalue()}"
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def run_a(project):
+    """Run "a" (seed 7), run once for the module by the first test that needs it: its config,
+    and what that first, cold `ltrr run` printed (every stage computed)."""
+    root, model = project
+    cfg = _config(root, "a", model, 7)
+    return cfg, _main_out(root, ["run", str(cfg)])
+
+
+@pytest.fixture(scope="module")
+def proto(project):
+    """Run "proto" (seed 7, a replicate template and a [protocol] of two seeds) and its
+    protocol, once for the module: its config, and what the first `ltrr protocol` printed."""
+    root, model = project
+    cfg = _config(root, "proto", model, 7)
+    text = cfg.read_text().replace('noise_floor_arm = "bm25"', 'noise_floor_arm = "bm25"\nreplicate_template = "short_answer_b"')
+    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n'
+                   'routers = ["knn:n_neighbors=5"]\n')
+    _main_out(root, ["run", str(cfg)])
+    return cfg, _main_out(root, ["protocol", str(cfg)])
+
+
+def test_run_twice_same_seed_identical_and_skips(project, run_a, capsys, monkeypatch):
     root, model = project
     monkeypatch.chdir(root)  # features/<run>/ is written under the working directory
-    a, b = _config(root, "a", model, 7), _config(root, "b", model, 7)
-    assert main(["run", str(a)]) == 0
-    out = capsys.readouterr().out
+    a, out = run_a  # the first run of a, made by the fixture
+    b = _config(root, "b", model, 7)
     # one short headline, then where the full tables are, not their cells
     assert "Headline (" in out and "Pre-registered (seed 7" in out and "Wilcoxon p = " in out
     assert "Cost: the router's arms" in out and "full tables" in out and "plot:" in out
@@ -172,7 +211,9 @@ def test_one_config_name_in_two_workdirs_never_reads_the_others_features(project
     assert said["state"] == "to run" and said["detail"].startswith("its outputs were made of other inputs")
     assert main(["eval", str(one)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "they were made of other inputs than this run's features stage recorded" in err[0]
+    # refused before the stage reads a table: the features stage is to run for this config
+    assert len(err) == 1 and "stage eval reads the features stage's outputs" in err[0]
+    assert "its outputs were made of other inputs" in err[0]
     assert not (root / "shared" / "reports" / "results.csv").exists()
     assert main(["features", str(one)]) == 0
     out = capsys.readouterr().out
@@ -186,7 +227,7 @@ def test_one_config_name_in_two_workdirs_never_reads_the_others_features(project
     assert stages.get("features").is_fresh(Run(load_config(str(one))))
 
 
-def test_other_seed_changes_the_splits(project, capsys, monkeypatch):
+def test_other_seed_changes_the_splits(project, run_a, capsys, monkeypatch):
     root, model = project
     monkeypatch.chdir(root)
     c = _config(root, "c", model, 8)
@@ -199,10 +240,10 @@ def test_other_seed_changes_the_splits(project, capsys, monkeypatch):
     assert na != nc
 
 
-def test_train_and_route(project, capsys, monkeypatch):
+def test_train_and_route(project, run_a, capsys, monkeypatch):
     root, model = project
     monkeypatch.chdir(root)
-    a = _config(root, "a", model, 7)
+    a, _ = run_a
     assert main(["train", str(a), "--ranker", "xgboost-pairwise"]) == 0
     capsys.readouterr()
     assert main(["route", str(root / "a" / "models" / "xgboost-pairwise"), "--json", "what is the capital of paris"]) == 0
@@ -252,7 +293,7 @@ def test_missing_stage_output_is_named(project, capsys, monkeypatch):
     assert err.startswith("ltrr: error: stage eval needs") and "labels.parquet" in err and "stage label" in err
 
 
-def test_notebook_executes_on_the_run(project, monkeypatch):
+def test_notebook_executes_on_the_run(project, run_a, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
@@ -287,17 +328,9 @@ def test_no_headroom_prints_words_not_nan(project, capsys, monkeypatch):
     assert (root / "flat" / "reports" / "plots" / "headroom.png").stat().st_size > 1000
 
 
-def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
+def test_protocol_preregisters_then_tests_once(project, proto):
     root, model = project
-    monkeypatch.chdir(root)
-    cfg = _config(root, "proto", model, 7)
-    text = cfg.read_text().replace('noise_floor_arm = "bm25"', 'noise_floor_arm = "bm25"\nreplicate_template = "short_answer_b"')
-    cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nseeds = [7, 8]\nn_folds = 3\n'
-                   'routers = ["knn:n_neighbors=5"]\n')
-    assert main(["run", str(cfg)]) == 0
-    capsys.readouterr()
-    assert main(["protocol", str(cfg)]) == 0
-    out = capsys.readouterr().out
+    _, out = proto  # the protocol's first run, made by the fixture
     assert "Pre-registered (seed 7" in out and "Wilcoxon p = " in out and "Over 2 partition seeds" in out
     pre = json.loads((root / "proto" / "protocol" / "seed-7" / "preregistration.json").read_text())
     head = json.loads((root / "proto" / "protocol" / "seed-7" / "headline.json").read_text())
@@ -312,10 +345,12 @@ def test_protocol_preregisters_then_tests_once(project, capsys, monkeypatch):
     assert {r["router"] for r in head["secondary"]} == {c["router"] for c in pre["candidates"]}
 
 
-def test_protocol_design_only_preregisters_the_same_choice_without_test_labels(project, monkeypatch, tmp_path):
-    """`run_protocol(design_only=True)` (after the protocol above), given labels whose test part
-    is missing and whose remaining test rows are garbage: the same preregistration.json, byte for
-    byte, as the full protocol's; a design query without complete labels is a clear error."""
+def test_protocol_design_only_preregisters_the_same_choice_without_test_labels(project, proto, monkeypatch,
+                                                                                tmp_path):
+    """`run_protocol(design_only=True)` (after the `proto` fixture's protocol), given labels
+    whose test part is missing and whose remaining test rows are garbage: the same
+    preregistration.json, byte for byte, as the full protocol's; a design query without complete
+    labels is a clear error."""
     import numpy as np
 
     from ltrr._errors import DataError
@@ -326,7 +361,7 @@ def test_protocol_design_only_preregisters_the_same_choice_without_test_labels(p
 
     root, model = project
     monkeypatch.chdir(root)
-    run = Run(load_config(root / "proto.toml"), log=lambda m: None)
+    run = Run(load_config(proto[0]), log=lambda m: None)
     p = run.config.protocol
     labels, raw = run.training_inputs("protocol")
     part = design_test_partition(run.dataset.queries, design_size=p.design_size, random_state=7)
@@ -400,12 +435,12 @@ def test_cli_labels_the_cached_design_part_and_preregisters_before_the_test_part
     assert (root / "early" / "protocol" / "seed-7" / "preregistration.json").read_bytes() == early
 
 
-def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
-    """`ltrr context pack` (after the protocol above): packed contexts within each budget, the
-    plain routed arm's row, utilities for the knapsack packings, gaps and ablations."""
+def test_context_pack_on_the_protocol_test_part(project, proto, capsys, monkeypatch):
+    """`ltrr context pack` (after the `proto` fixture's protocol): packed contexts within each
+    budget, the plain routed arm's row, utilities for the knapsack packings, gaps and ablations."""
     root, model = project
     monkeypatch.chdir(root)
-    cfg = root / "proto.toml"
+    cfg, _ = proto
     assert main(["context", "pack", str(cfg), "--token-budgets", "16,40", "--answer", "--ablations"]) == 0
     out = capsys.readouterr().out
     assert "router (the protocol's choice)" in out and "optimality gap" in out
@@ -430,13 +465,14 @@ def test_context_pack_on_the_protocol_test_part(project, capsys, monkeypatch):
     assert "--token-budgets must be comma-separated integers" in capsys.readouterr().err
 
 
-def test_context_pack_compares_the_marginal_knapsack_with_both_objectives_gaps(project, capsys, monkeypatch):
+def test_context_pack_compares_the_marginal_knapsack_with_both_objectives_gaps(project, proto, capsys,
+                                                                                   monkeypatch):
     """`ltrr context pack --selector knapsack-marginal --selectors ...` (issue 29): the chosen
     selector is compared with the others, and each objective's gap is against its own exact
     selector: no selector beats the exact one on its objective."""
     root, model = project
     monkeypatch.chdir(root)
-    cfg = root / "proto.toml"
+    cfg, _ = proto
     assert main(["context", "pack", str(cfg), "--token-budgets", "40", "--selector", "knapsack-marginal",
                  "--selectors", "knapsack,greedy"]) == 0
     per = pd.read_parquet(root / "proto" / "context" / "packing_per_query.parquet")
@@ -448,7 +484,8 @@ def test_context_pack_compares_the_marginal_knapsack_with_both_objectives_gaps(p
     assert (gaps["mean_gap"].dropna() >= -1e-9).all()
 
 
-def test_context_pack_answers_in_shards_that_the_run_without_a_shard_replays(project, capsys, monkeypatch):
+def test_context_pack_answers_in_shards_that_the_run_without_a_shard_replays(project, proto, capsys,
+                                                                                 monkeypatch):
     """`ltrr context pack --answer --shard I/N` answers every N-th test query into the cache and
     writes no table; after all shards the run without one generates nothing and writes the
     tables. A shard without --answer, or a malformed one, is one error line and exit 2."""
@@ -460,7 +497,7 @@ def test_context_pack_answers_in_shards_that_the_run_without_a_shard_replays(pro
 
     root, model = project
     monkeypatch.chdir(root)
-    cfg = root / "proto.toml"
+    cfg, _ = proto
     shutil.rmtree(root / "proto" / "context", ignore_errors=True)
     cache = Run(load_config(str(cfg))).cache_path
 
@@ -681,10 +718,15 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert main(["route", str(folder), "what is the capital of paris"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 3 and lines[0].lstrip().startswith("1 ")
+    policies = root / "pol" / "policies"
+    saved = sorted(p.name for p in policies.iterdir())  # the run's policy, and the one above
+    assert "features-exact-B0.4" in saved and len(saved) == 2
     assert main(["policy", "train", str(cfg), "--cost-budget", "5"]) == 2
     assert "above the most expensive arm's cost 1.0" in capsys.readouterr().err
     assert main(["policy", "train", str(cfg), "--cost-budget", "-1"]) == 2
     assert "the budget must be >= 0" in capsys.readouterr().err
+    # a refused budget writes no policy folder (features-grpo-B5, features-grpo-B-1)
+    assert sorted(p.name for p in policies.iterdir()) == saved
     # token costs: the prompt tokens an arm adds over no retrieval, plus its measured latency
     cfg.write_text(cfg.read_text().replace("[policy]\n", '[policy]\ncost = "tokens"\nlatency_weight = 0.0\n'))
     assert main(["policy", "eval", str(cfg)]) == 0

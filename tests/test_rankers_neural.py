@@ -246,9 +246,9 @@ def test_nothing_to_compare():
 
 def test_not_fitted(data):
     X, _, _ = data["test"]
-    with pytest.raises(NotFittedError):
+    with pytest.raises(NotFittedError, match="This ListNetRanker instance is not fitted yet"):
         ListNetRanker().predict(X)
-    with pytest.raises(NotFittedError):
+    with pytest.raises(NotFittedError, match="This ListNetRanker instance is not fitted yet"):
         _ = ListNetRanker().missing_values_
 
 

@@ -269,16 +269,65 @@ def test_load_other_format(tiny_fitted, tmp_path):
         BaseRanker.load(tmp_path / "m")
 
 
-# ---- the packaged MiniLM backbone ------------------------------------------------------------
-@pytest.mark.slow
+# ---- a BERT encoder, the default backbone's architecture, built from a config (fast) -----------
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A BERT encoder (the packaged MiniLM's architecture) built from a config, random weights,
+    with the MiniLM tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(str(default_backbone()), local_files_only=True)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        BertModel(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return str(folder)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_minilm_one_epoch_save_load(text_data, name, tmp_path):
+def test_bert_backbone_one_epoch_save_load(tiny_bert, text_data, name, tmp_path):
     X, y, qid = text_data
-    est = rankers.get(name)(max_length=64, batch_size=30, n_epochs=1, random_state=0)
-    est.fit(X, y, qid=qid)
+    est = _tiny(rankers.get(name), tiny_bert, n_epochs=1).fit(X, y, qid=qid)
     assert type(est.module_.encoder).__name__ == "BertModel"
-    assert np.isfinite(est.loss_curve_).all()
+    assert np.isfinite(est.loss_curve_).all() and len(est.loss_curve_) == 1
     scores = est.predict(X)
+    assert scores.shape == (len(X),) and np.isfinite(scores).all()
     est.save(tmp_path / "m")
     back = BaseRanker.load(tmp_path / "m")
+    assert type(back) is type(est) and type(back.module_.encoder).__name__ == "BertModel"
+    np.testing.assert_array_equal(back.predict(X), scores)
+
+
+# ---- the packaged MiniLM backbone: loaded and used, never trained here -------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_minilm_is_the_default_backbone_and_predicts(text_data, name, tmp_path, monkeypatch):
+    """``backbone=None`` is the packaged all-MiniLM-L6-v2: a fit whose training loop is skipped
+    (no optimiser step: the real model is never fine-tuned in tests) holds the packaged weights
+    unchanged, predicts finite scores that differ by text, and saves and loads them."""
+    import torch
+    from transformers import AutoModel
+
+    import ltrr.rankers.torch_base as torch_base
+
+    monkeypatch.setattr(torch_base, "train_loop", lambda *a, **k: [])
+    X, y, qid = text_data
+    est = rankers.get(name)(max_length=64, batch_size=30, random_state=0).fit(X, y, qid=qid)
+    encoder = est.module_.encoder
+    assert type(encoder).__name__ == "BertModel" and est.loss_curve_ == []
+    assert (encoder.config.num_hidden_layers, encoder.config.hidden_size) == (6, 384)
+    want = AutoModel.from_pretrained(str(default_backbone()), local_files_only=True).state_dict()
+    got = encoder.state_dict()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    scores = est.predict(X)
+    assert scores.shape == (len(X),) and np.isfinite(scores).all()
+    # the marker-text arm, the answer and the distractor read differently
+    assert len(np.unique(np.round(scores[:3], 6))) == 3
+    est.save(tmp_path / "m")
+    back = BaseRanker.load(tmp_path / "m")
+    assert type(back) is type(est) and type(back.module_.encoder).__name__ == "BertModel"
     np.testing.assert_array_equal(back.predict(X), scores)

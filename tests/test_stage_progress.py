@@ -38,10 +38,10 @@ def test_the_snapshot_is_written_at_most_every_few_seconds_and_removed_when_the_
 
 def test_an_interrupted_stage_leaves_a_stopped_snapshot_and_its_exception_goes_on(tmp_path):
     path, clock = tmp_path / "label.progress.json", Clock()
-    with pytest.raises(KeyboardInterrupt), StageProgress(path, fingerprint="fp", phase="label", total=8,
-                                                         every_s=60, clock=clock) as p:
+    with pytest.raises(KeyboardInterrupt, match="^stop the labelling$"), \
+            StageProgress(path, fingerprint="fp", phase="label", total=8, every_s=60, clock=clock) as p:
         p.update(3)  # not written yet (every 60 s) ...
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("stop the labelling")  # goes on unchanged
     snap = read_progress(path)
     assert (snap["state"], snap["done"], snap["reason"]) == ("stopped", 3, "KeyboardInterrupt")  # ... the last one is
     clock.t += 7200

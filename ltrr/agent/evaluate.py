@@ -330,7 +330,6 @@ def load_evals(folders) -> tuple[list[dict], list[dict], list[str]]:
     when a folder holds no evaluation, when they scored different metrics or cost normalisers
     (their rewards would not compare), or when they share no question."""
     from ltrr.agent.trajectory import load_trajectories
-
     from ltrr.data.io import read_saved_meta
 
     docs, trajs = [], []

@@ -1,22 +1,29 @@
 """Prebuilt generation caches: the demo's LLM calls, shipped with the package, checksummed.
 
-Labelling the demo costs about 8 generations per query with the default generator (roughly
-10 s per query on 2 cores). Like pyserini's prebuilt indexes, ltrr ships the generations of the
-demo run so that the main job is fast on a fresh machine; here nothing can be downloaded, so the
-file lives inside the package (``ltrr/prebuilt/``).
+Labelling the demo takes 36,671 generations for its 5,732 queries (each query with each arm's
+passage and closed book, and the test part again under the replicate prompt), some 17 hours on
+2 cores. Like pyserini's prebuilt indexes, ltrr ships the generations of the demo run so that
+the main job is fast on a fresh machine; here nothing can be downloaded, so the file lives
+inside the package (``ltrr/prebuilt/``).
 
-- Every entry was produced by ltrr's own ``ltrr label`` with the default generator, and keeps
-  the full chat messages it answered, so anyone can regenerate and compare it
-  (`regenerate_sample`; a test does this on a random sample).
+- Every entry was produced by ltrr's own ``ltrr label`` with the generator of the config that
+  made it, and keeps the full chat messages it answered, so anyone can regenerate and compare
+  it (`regenerate_sample`; a test does this on a random sample).
 - The file's sha256 is recorded beside it and checked before anything is imported; a mismatch
   is an error, never a silent partial import.
 - Importing only adds rows that the local cache lacks (same keys as `cache_key`).
+- ``[generation] prebuilt = "NAME"`` imports ``NAME-generations.jsonl.xz``, else ``.jsonl.gz``.
 
-Rebuilding from scratch::
+Rebuilding the demo's cache (README, "Rebuilding the prebuilt cache"). ``demo`` is ``demo-qwen``
+with ``prebuilt = "demo"``, so ``ltrr run demo`` would only import the shipped file again; the
+export is made from ``demo-qwen``, which imports none::
 
-    rm -f data/cache/generations.sqlite          # or set [generation] cache elsewhere
-    ltrr run demo                                 # labels with the default generator (slow)
-    ltrr cache export demo ltrr/prebuilt/demo-generations.jsonl.gz
+    ltrr cache merge data/checkpoints/demo-qwen-generations.sqlite   # or label from nothing: ~17 h
+    ltrr label demo-qwen               # every query from the cache: 0 generator calls
+    ltrr cache export demo-qwen ltrr/prebuilt/demo-generations.jsonl.xz
+
+``demo-smollm2``'s is made the same way (``ltrr run demo-smollm2``, about an hour with SmolLM2,
+then ``ltrr cache export demo-smollm2 ltrr/prebuilt/demo-smollm2-generations.jsonl.gz``).
 """
 
 from __future__ import annotations

@@ -221,8 +221,12 @@ def check_inputs_current(run: Run, name: str) -> None:
         stages.get(name).fingerprint(run)
     if not reads:
         return
+    # a stage that never ran here is left to the stage itself, whose error names the file it needs
+    recorded = [r for r in dict.fromkeys(reads) if run.stage_record(r).exists()]
+    if not recorded:
+        return
     rows = {r["stage"]: r for r in stage_status(run)}
-    for read in dict.fromkeys(reads):
+    for read in recorded:
         row = rows.get(read)
         if row is not None and row["state"] in ("to run", "to build", "waits"):
             raise NotBuiltError(f"stage {name} reads the {read} stage's outputs in {run.workdir}, and {read} is "
