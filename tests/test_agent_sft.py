@@ -456,3 +456,19 @@ def test_grpo_and_rft_commands(project, capsys):
         assert main(["agent", "train", str(cfg), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0], err
+
+
+def test_a_damaged_checkpoint_stamp_starts_afresh_instead_of_crashing(tmp_path):
+    """inputs.json was written in place: a truncated one made the next resume a JSONDecodeError."""
+    from ltrr.agent.sft import claim_checkpoints
+
+    ckpt = tmp_path / "checkpoints"
+    (ckpt / "checkpoint-3").mkdir(parents=True)
+    (ckpt / "inputs.json").write_text('{"key": "ab')  # cut short
+    said = []
+    claim_checkpoints(ckpt, {"seed": 1}, said.append)
+    assert said == [f"[agent sft] the checkpoints in {ckpt} are of other inputs; starting afresh"]
+    assert not (ckpt / "checkpoint-3").exists() and json.loads((ckpt / "inputs.json").read_text())["key"]
+    (ckpt / "checkpoint-4").mkdir()
+    claim_checkpoints(ckpt, {"seed": 1}, said.append)  # the same inputs: kept, nothing said
+    assert len(said) == 1 and (ckpt / "checkpoint-4").is_dir()

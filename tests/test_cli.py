@@ -196,6 +196,7 @@ def test_an_edited_corpus_answers_or_query_type_runs_the_stages_that_read_them(e
     ('{lambdamart-listwis = {n_estimators = 3}}', "names 'lambdamart-listwis', not a ranker"),
     ('{lambdamart-listwise = 5}', "params.lambdamart-listwise must be a table"),
     ('{lambdamart-listwise = {n_estimatorz = 3}}', "n_estimatorz is not a parameter of lambdamart-listwise"),
+    ('{lambdamart-listwise = {random_state = 7}}', r"random_state: the rankers are seeded by \[run\] seed"),
 ])
 def test_train_params_are_checked_before_any_training(env, params, match):
     """A misspelt ranker or a non-table was dropped silently (defaults trained); an unknown

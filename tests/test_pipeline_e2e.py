@@ -675,6 +675,36 @@ def test_tolerated_failures_are_retried_by_the_next_label_run(project, capsys, m
     assert "[label] skipped: inputs unchanged" in capsys.readouterr().out
 
 
+def test_an_untolerated_labelling_failure_leaves_no_record_that_vouches_for_its_tables(project, monkeypatch):
+    """The labels table is written before the failures raise: the stage record is written with
+    them (under a failed fingerprint), so an older record of other inputs never says they are fresh."""
+    from ltrr._errors import GenerationError
+    from ltrr.config import load_config
+    from ltrr.generation import generators
+    from ltrr.generation.base import Generation
+    from ltrr.generation.cache import CachedGenerator
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.labels import label_fingerprint
+
+    root, model = project
+    monkeypatch.chdir(root)
+    cfg = _config(root, "unretried", model, 7)
+    cfg.write_text(cfg.read_text().replace(f"cache = \"{root / 'cache.sqlite'}\"", f"cache = \"{root / 'unretried.sqlite'}\""))
+    assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
+    run = Run(load_config(cfg), log=lambda m: None)
+    run.record("label", label_fingerprint(run), 1.0)  # a record that says "fresh" (another config's, say)
+
+    class Down(generators.get("test-last-doc")):
+        def generate(self, prompts, params=None):
+            return [Generation(text="", error="server down") for _ in prompts]
+
+    with pytest.raises(GenerationError, match="items failed"):
+        run.stage_label(tolerate_failures=False, generator=CachedGenerator(Down(), run.make_generator().cache))
+    assert (root / "unretried" / "labels" / "labels.parquet").exists()
+    assert run.fingerprint_of("label").startswith(f"{label_fingerprint(run)}:failed-")
+    assert not Run(load_config(cfg)).is_fresh("label", label_fingerprint(run), [root / "unretried" / "labels" / "labels.parquet"])
+
+
 def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     """[policy] makes `ltrr run` evaluate budgeted policies; `ltrr policy train` saves one that
     `ltrr route` reads; bad budgets and another pool are one-line errors."""

@@ -89,6 +89,19 @@ def test_same_seed_same_decisions_and_save_load(tmp_path):
     np.testing.assert_allclose(loaded.predict_proba(X), a.predict_proba(X))
 
 
+def test_fit_leaves_the_callers_global_torch_rng_alone():
+    """The head was seeded with torch.manual_seed, resetting the caller's global generator."""
+    import torch
+
+    X, U, C = bandit(n=50)
+    torch.manual_seed(123)
+    expected = (torch.rand(1), torch.rand(1))
+    torch.manual_seed(123)
+    first = torch.rand(1)
+    BudgetPolicy(budget=0.4, n_steps=5, random_state=3).fit(X, U, C)
+    assert (first, torch.rand(1)) == expected
+
+
 @pytest.mark.parametrize("n_arms", [3, 10])
 def test_any_number_of_arms_and_their_order_changes_nothing(n_arms):
     X, U, C = bandit(n=200, n_arms=n_arms)

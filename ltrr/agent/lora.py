@@ -432,5 +432,9 @@ def import_checkpoint(exported: str | os.PathLike[str], out: str | os.PathLike[s
         shutil.rmtree(ckpt)
     ckpt.mkdir(parents=True)
     shutil.copy2(exported / "checkpoints" / "inputs.json", ckpt / "inputs.json")
-    shutil.copytree(src, ckpt / src.name)
+    # into a temporary folder, renamed whole: `last_checkpoint` takes a folder holding
+    # router_state.json for complete, which copytree may copy before the other files
+    part = ckpt / f".{src.name}.partial"
+    shutil.copytree(src, part)
+    part.rename(ckpt / src.name)
     return ckpt / src.name

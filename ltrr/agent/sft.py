@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ltrr._atomic import write_text_atomic
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.backends import Continuation, ContinuationLM
 
@@ -432,13 +433,16 @@ def claim_checkpoints(ckpt: Path, inputs: dict, log, stage: str = "agent sft") -
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     stamp = ckpt / "inputs.json"
     if ckpt.exists() and any(ckpt.glob("checkpoint-*")):
-        old = json.loads(stamp.read_text()).get("key") if stamp.exists() else None
+        try:
+            old = json.loads(stamp.read_text()).get("key") if stamp.exists() else None
+        except (ValueError, AttributeError):  # a damaged stamp vouches for nothing
+            old = None
         if old == key:
             return
         log(f"[{stage}] the checkpoints in {ckpt} are of other inputs; starting afresh")
         shutil.rmtree(ckpt)
     ckpt.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"key": key}) + "\n")
+    write_text_atomic(stamp, json.dumps({"key": key}) + "\n")
 
 
 def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, seed: int = 0,

@@ -124,9 +124,9 @@ def evaluate_packing(run, budgets: Sequence[int] = (128, 256, 512), *, base: Pac
     mine = list(test)[shard[0]::shard[1]] if shard is not None else list(test)
     keep = set(mine)
     rows, packed_rows = [], []
-    from tqdm.auto import tqdm
+    from ltrr._log import bar
 
-    for i, qid in enumerate(tqdm(test, desc="packing", unit="query")):
+    for i, qid in enumerate(bar(test, desc="packing", unit="query")):  # quiet in logs
         if qid not in keep:  # another shard's query
             continue
         top = order[qid][0]
@@ -194,10 +194,14 @@ def _with_utility(run, per_query: pd.DataFrame, packed_rows: list[dict], test, o
     arms = sorted(set(packed["arm"])) + [nr]
     queries = run.dataset.queries.set_index("qid").loc[test].reset_index()
     metric = parse_metric(lcfg.metric)
-    lab = label_queries(queries, packed, arms=arms, no_retrieval=nr, generator=gen, template=template,
-                        scorer=metric.bind(judge=None), metric_name=str(metric), seed=run.config.seed,
-                        chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
-                        params=template.default_params(max_new_tokens=gcfg.max_new_tokens)).labels
+    from ltrr._log import bar
+
+    with bar(total=len(queries) * len(arms), desc="answer packed", unit="item") as pbar:
+        lab = label_queries(queries, packed, arms=arms, no_retrieval=nr, generator=gen, template=template,
+                            scorer=metric.bind(judge=None), metric_name=str(metric), seed=run.config.seed,
+                            chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
+                            params=template.default_params(max_new_tokens=gcfg.max_new_tokens),
+                            progress=pbar.update).labels
     got = lab.set_index(["qid", "arm"])["utility"]
     out = []
     for r in per_query.itertuples():

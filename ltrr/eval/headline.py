@@ -37,7 +37,7 @@ import pandas as pd
 
 from ltrr._cpu import machine_record
 from ltrr._errors import ConfigError, DataError, LtrrError
-from ltrr._log import quiet_worker_restarts
+from ltrr._log import bar, quiet_worker_restarts
 from ltrr.data.io import write_text_atomic
 from ltrr.eval.protocol import (
     design_test_partition,
@@ -246,9 +246,10 @@ def run_protocol(
     test = list(part.test)
     split = Split(name="design-test", family="design-test", train=part.train, test=part.test)
     with quiet_worker_restarts():
-        test_preds = Parallel(n_jobs=n_jobs)(
+        jobs = Parallel(n_jobs=n_jobs, return_as="generator")(
             delayed(_fit_predict_router)(clone(unfitted[c["router"]]), c["label"], raw, lab_idx, part.train, test)
             for c in cv_rows)
+        test_preds = list(bar(jobs, total=len(cv_rows), desc="protocol test fits", unit="candidate"))
     preds = {c["router"]: p for c, p in zip(cv_rows, test_preds, strict=True)}
     head = evaluate_splits(U, [split], {split.name: {router: preds[router]}},
                            costs=run.pool.costs, no_retrieval=nr, queries=queries,
@@ -333,8 +334,9 @@ def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, se
 
     unfitted = {cand["router"]: _candidate_router(run, cand) for cand in candidates}
     with quiet_worker_restarts():
-        fitted = Parallel(n_jobs=n_jobs)(delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds)
-                                         for c in candidates)
+        jobs = Parallel(n_jobs=n_jobs, return_as="generator")(  # in order, one bar step per candidate
+            delayed(_cv_candidate)(unfitted[c["router"]], c, raw, lab_idx, folds) for c in candidates)
+        fitted = list(bar(jobs, total=len(candidates), desc="protocol CV", unit="candidate"))
     for cand, (preds, seconds) in zip(candidates, fitted, strict=True):
         name = cand["router"]
         ev = evaluate_splits(U_design, folds, preds, costs=run.pool.costs, no_retrieval=nr,

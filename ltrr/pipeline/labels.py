@@ -237,6 +237,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
                 "disagreement_rate": rep["disagreement_rate"],
                 "share_of_headroom": rep["mean_abs_diff"] / summary["headroom"] if summary["headroom"] > 0 else float("nan")}
         summary["generator_calls"], summary["cache_hits"] = generator.generator_calls, generator.hits
+    run.stage_record("label").unlink(missing_ok=True)  # an older record never vouches for the tables below
     write_labels(labelled, summary, run.labels_dir)
     run.log(summary_markdown(summary))
     run.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
@@ -244,13 +245,15 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if cache_only and summary.get("failed_items"):
         run.log(f"[label] cache only: {summary['failed_items']} items are not in the cache (failed items); "
                 "`ltrr label` without --cache-only generates them")
-    raise_for_failures(summary, tolerate)
-    # A tolerated failure does not make the stage fresh: it is recorded under another fingerprint,
-    # so the next run labels again (retrying the failed items, the rest from the cache), and once
-    # they succeed, the stages after it see the label fingerprint change and run again too.
+    # A failure does not make the stage fresh: it is recorded under another fingerprint, so the
+    # next run labels again (retrying the failed items, the rest from the cache), and once they
+    # succeed, the stages after it see the label fingerprint change and run again too. It is
+    # recorded before an untolerated failure raises: the tables above are already this config's,
+    # so a record of other inputs must not vouch for them.
     failed = int(summary.get("failed_items", 0))
     run.record("label", f"{fp}:failed-{failed}" if failed else fp, time.perf_counter() - t0,
                generator_calls=summary["generator_calls"])
+    raise_for_failures(summary, tolerate)
     return out
 
 

@@ -339,6 +339,9 @@ class Run:
             if not isinstance(table, dict):
                 raise ConfigError(f"[train] params.{name} must be a table of the ranker's parameters, got {table!r}")
             known = set(rankers.get(name)().get_params())
+            if "random_state" in table:  # one seed, under one name: the ranker takes the run's
+                raise ConfigError(f"[train] params.{name}.random_state: the rankers are seeded by [run] seed; "
+                                  "set that (or `ltrr protocol`'s [protocol] seeds) instead")
             unknown = sorted(set(table) - known)
             if unknown:
                 raise ConfigError(f"[train] params.{name}: {', '.join(unknown)} is not a parameter of {name} "

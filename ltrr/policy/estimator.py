@@ -181,11 +181,12 @@ class BudgetPolicy(BaseEstimator):
     def _make_head(self, n_features: int):
         import torch
 
-        torch.manual_seed(int(self.random_state))
-        if self.hidden_size:
-            return torch.nn.Sequential(torch.nn.Linear(n_features, self.hidden_size), torch.nn.Tanh(),
-                                       torch.nn.Linear(self.hidden_size, 1))
-        return torch.nn.Sequential(torch.nn.Linear(n_features, 1))
+        with torch.random.fork_rng(devices=[]):  # seeded here, the caller's global RNG untouched
+            torch.manual_seed(int(self.random_state))
+            if self.hidden_size:
+                return torch.nn.Sequential(torch.nn.Linear(n_features, self.hidden_size), torch.nn.Tanh(),
+                                           torch.nn.Linear(self.hidden_size, 1))
+            return torch.nn.Sequential(torch.nn.Linear(n_features, 1))
 
     def _logits(self, X: np.ndarray, present: np.ndarray):
         import torch
@@ -326,6 +327,7 @@ class BudgetPolicy(BaseEstimator):
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        (path / "head.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
         arrays = {f"head.{k}": v.detach().numpy().copy() for k, v in self.head_.state_dict().items()}
         arrays.update(x_mean=np.ascontiguousarray(self.x_mean_, np.float64),
                       x_scale=np.ascontiguousarray(self.x_scale_, np.float64),

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
 from ltrr.eval.stats import paired_wilcoxon
 from ltrr.policy.objective import binomial_margin, budget_oracle, calibrate_tau, cost_aware_argmax
@@ -219,7 +220,8 @@ def plot_curves(doc: dict, history: Sequence[dict] | None, out_dir, trainers: Se
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     paths = [out_dir / "cost_utility.png"]
-    fig.savefig(paths[0], dpi=120)
+    with atomic_path(paths[0]) as tmp:  # a plot appears whole or not at all
+        fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
     if history:
         fig, axes = plt.subplots(3, 1, figsize=(7, 6), sharex=True)
@@ -231,7 +233,8 @@ def plot_curves(doc: dict, history: Sequence[dict] | None, out_dir, trainers: Se
         axes[-1].set_xlabel("step")
         fig.tight_layout()
         paths.append(out_dir / "training.png")
-        fig.savefig(paths[1], dpi=120)
+        with atomic_path(paths[1]) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
         plt.close(fig)
     return paths
 

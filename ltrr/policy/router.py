@@ -274,6 +274,7 @@ class PolicyRouter(Router):
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
+        (path / "policy.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
         self.ltr_.save(path / "ltr")
         self.head_.save(path / "head")
         if self.representation == "lm":

@@ -261,6 +261,7 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
     run.log(f"[policy] start: {pcfg.representation} policies ({', '.join(pcfg.trainers)}) at budgets "
             f"{', '.join(f'{f:.0%}' for f in pcfg.fractions)} of the top cost; train on the design part, "
             "measure on the test part")
+    run.stage_record("policy").unlink(missing_ok=True)  # an older record never vouches for what is written below
     doc = evaluate_policy(run)
     folder = train_policy(run)
     doc["saved_policy"] = str(folder)
