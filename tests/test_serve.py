@@ -117,8 +117,9 @@ def test_chat_stream_models_and_route(server, capsys):
 def test_bad_requests_get_openai_errors(server):
     live, _, _ = server
     client = _client(live)
-    with pytest.raises(openai.BadRequestError, match="unknown model 'gpt-4'"):
+    with pytest.raises(openai.NotFoundError, match="unknown model 'gpt-4'") as info:  # OpenAI's 404 model_not_found
         client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.code == "model_not_found" and info.value.param == "model"
     with pytest.raises(openai.BadRequestError, match="messages must be a non-empty list"):
         client.chat.completions.create(model="ltrr", messages=[])
     bad = httpx.post(live.url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
@@ -235,7 +236,7 @@ def test_legacy_text_completions_answer_the_prompt_as_the_question(trained):
             assert r.status_code == 400 and err["param"] == param and "Traceback" not in r.text, (extra, r.text)
         assert len(gen.params) == n_calls  # a refused request generates nothing
         unknown = httpx.post(live.url + "/v1/completions", json={"model": "gpt-4", "prompt": q})
-        assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "model_not_found"
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
 
 
 @pytest.mark.parametrize("field, value", [("max_queue", 0), ("max_queue", -1), ("timeout_s", 0), ("max_tokens", 0)])
@@ -361,3 +362,22 @@ def test_one_routing_path_and_no_state_between_calls(server):
     assert [(x["arm"], x["rank"]) for x in served["ranking"]] == list(zip(routed.ranking["arm"], routed.ranking["rank"],
                                                                         strict=True))
     assert [p["docid"] for p in served["passages"]] == routed.arm_passages()["docid"].astype(str).tolist()
+
+
+def test_generator_config_is_served_behind_the_generation_cache(trained):
+    """``RoutedRAG(generator={...})`` builds the backend behind the default generation cache, as
+    the pipeline and `LTRRouter.answering_generator` do: a repeated question is a cache hit."""
+    from ltrr.data.io import default_generation_cache
+    from ltrr.generation.cache import CachedGenerator
+    from ltrr.serve import RoutedRAG
+
+    _, _, model = trained
+    service = RoutedRAG(model, generator={"backend": "test-last-doc"})
+    assert isinstance(service.generator, CachedGenerator)
+    assert service.generator.cache.path == default_generation_cache()
+    q = "what is the capital of paris 3 (cached)"
+    routed = service.route("ltrr", q)
+    first = service.answer(routed, q)
+    calls = service.generator.generator_calls
+    assert calls >= 1
+    assert service.answer(routed, q) == first and service.generator.generator_calls == calls

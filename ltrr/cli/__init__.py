@@ -198,7 +198,10 @@ def cmd_route(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ltrr.serve import ServeSettings, check_address, serve
 
-    settings = ServeSettings(max_queue=args.max_queue, timeout_s=args.timeout)  # checked before anything loads
+    limits = {"max_queue": args.max_queue, "timeout_s": args.timeout, "max_tokens": args.max_tokens,
+              "max_message_chars": args.max_message_chars, "max_body_bytes": args.max_body_bytes}
+    # a flag left out keeps ServeSettings' default; the settings are checked before anything loads
+    settings = ServeSettings(**{k: v for k, v in limits.items() if v is not None})
     check_address(args.host, args.port)
     generator, template, packing = None, None, None  # default: the generator the router's labels measured
     if args.config:  # the run's generator, behind its generation cache, and its context packing
@@ -424,8 +427,16 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--config", help="take the generator, template and packing from this config (default: the generator and template "
                          "the router's labels were measured with, recorded by ltrr train)")
-    sv.add_argument("--max-queue", type=int, default=16, help="requests waiting for the generation worker")
-    sv.add_argument("--timeout", type=float, default=120.0, help="longest wait of a request, in seconds")
+    sv.add_argument("--max-queue", type=int,
+                    help="requests routing or waiting for the generation worker (429 past it; default 16)")
+    sv.add_argument("--timeout", type=float,
+                    help="longest wait of a request for its answer, routing included, in seconds (503 past it; default 120)")
+    sv.add_argument("--max-tokens", type=int,
+                    help="the largest max_tokens (or max_completion_tokens) a request may ask for (default 1024)")
+    sv.add_argument("--max-message-chars", type=int,
+                    help="longest question, in characters: the last user message of a chat request (the only one "
+                         "read), or a completion's prompt (default 8000)")
+    sv.add_argument("--max-body-bytes", type=int, help="largest request body, in bytes (413 past it; default 64000)")
     sv.set_defaults(func=cmd_serve)
 
     from ltrr.cli.agent import add_parser as add_agent_parser

@@ -36,8 +36,10 @@ class RoutedRAG:
         Budgeted policy folders; default: every folder under ``<workdir>/policies/`` when
         ``model_dir`` is ``<workdir>/models/<ranker>``.
     generator : Generator or dict, optional
-        The answering model, or its config (default: the generator the router's labels were
-        measured with, `ltrr.routers.LTRRouter.answering_generator`, behind the generation cache).
+        The answering model, used as given, or its config (`ltrr.generation.make_generator`),
+        built behind the default generation cache (`ltrr.data.io.default_generation_cache`) as a
+        run's generator is. Default: the generator the router's labels were measured with,
+        `ltrr.routers.LTRRouter.answering_generator`, behind the generation cache too.
     template : str, optional
         Prompt template of the answers (default: the router's labels' template).
     packing : PackSpec, optional
@@ -72,8 +74,11 @@ class RoutedRAG:
             if sorted(self.arms) != pol.arms_:
                 raise DataError(f"policy {folder}: trained on the pool {pol.arms_}, not this router's {sorted(self.arms)}")
             self.policies[Path(folder).name] = pol
-        if isinstance(generator, dict):
-            generator = make_generator(generator)
+        if isinstance(generator, dict):  # cached, as the pipeline's and answering_generator's are
+            from ltrr.data.io import default_generation_cache
+            from ltrr.generation.cache import CachedGenerator, GenerationCache
+
+            generator = CachedGenerator(make_generator(generator), GenerationCache(default_generation_cache()))
         self.generator = generator if generator is not None else self.ltr.answering_generator()
         template = template or self.ltr.answering_template()
         self.template = load_template(template)
