@@ -145,10 +145,11 @@ def test_activation_checkpointing_is_off_on_cpu_and_does_not_change_the_gradient
         model.zero_grad(set_to_none=True)
         return out
 
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers 5 names it activation checkpointing (the gradient_ names are deprecated aliases)
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
     with_ckpt = grads()
-    model.gradient_checkpointing_disable()
+    model.activation_checkpointing_disable()
     without = grads()
     assert with_ckpt and with_ckpt.keys() == without.keys()
     assert all("lora_" in n for n in with_ckpt)
