@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import pandas as pd
 import pytest
@@ -123,3 +124,46 @@ def test_a_split_is_refused_for_an_ir_datasets_id_and_taken_for_a_beir_folder(ir
     (beir / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq2\td1\t1\n")
     cfg.write_text(config_text(beir, tmp_path / "run", extra='split = "dev"'))
     assert Run(load_config(cfg)).dataset.queries["qid"].tolist() == ["q2"]
+
+
+class _TitledDoc(NamedTuple):  # as ir_datasets' MsMarcoDocument: no text field; default_text holds the title
+    doc_id: str
+    title: str
+    body: str
+
+    def default_text(self):
+        return f"{self.title} {self.body}"
+
+
+class _Topic(NamedTuple):  # as TREC topics: several fields, no text field
+    query_id: str
+    title: str
+    description: str
+
+    def default_text(self):
+        return self.title
+
+
+def test_a_title_in_default_text_is_indexed_once_and_the_query_field_is_said(tmp_path, caplog):
+    """A document without a text field had its title twice (the title, then default_text()'s
+    title again); a query of several fields was read through default_text() without a word."""
+    import logging
+
+    import ir_datasets
+    from ir_datasets.datasets.base import Dataset
+    from ir_datasets.formats import TsvDocs, TsvQueries
+    from ir_datasets.util import LocalDownload
+
+    (tmp_path / "docs.tsv").write_text("d1\tCanberra\tthe capital of Australia.\nd2\tParis\tin France.\n")
+    (tmp_path / "topics.tsv").write_text("t1\tcapital australia\tWhat is the capital city of Australia?\n")
+    name = "ltrr-test/titled"
+    if name not in ir_datasets.registry:
+        ir_datasets.registry.register(name, Dataset(TsvDocs(LocalDownload(tmp_path / "docs.tsv"), doc_cls=_TitledDoc),
+                                                    TsvQueries(LocalDownload(tmp_path / "topics.tsv"),
+                                                               query_cls=_Topic)))
+    with caplog.at_level(logging.INFO, logger="ltrr"):
+        ds = load_irds(f"irds:{name}")
+    assert ds.corpus[["title", "text"]].values.tolist() == [["", "Canberra the capital of Australia."],
+                                                           ["", "Paris in France."]]
+    assert ds.queries["question"].tolist() == ["capital australia"]
+    assert "the queries have no text field but title, description" in caplog.text

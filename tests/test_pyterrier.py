@@ -99,6 +99,36 @@ def test_routed_frame_has_arm_and_router_score_and_composes(trained):
     assert "query_0" in empty.columns and empty["router_score"].dtype == np.float64  # as with rows
 
 
+def test_an_arms_scores_for_a_query_do_not_depend_on_its_batch(trained):
+    """The raw-or-1/rank choice was made over every query of the batch: a sampled rerank's
+    scores for one query changed with the others (pt.Experiment's batch_size)."""
+    from ltrr.integrations.pyterrier import LTRRouterTransformer
+
+    folder, *_, ds = trained
+    arm = LTRRouterTransformer(folder).arms["bm25+stoch"]
+    topics = ds.queries.rename(columns={"question": "query"})[["qid", "query"]]
+    whole = arm(topics)
+    alone = pd.concat([arm(topics.iloc[[i]]) for i in range(len(topics))], ignore_index=True)
+    pd.testing.assert_frame_equal(whole.reset_index(drop=True), alone)
+
+
+def test_a_results_frame_is_refused_and_a_blank_query_skipped(trained):
+    from ltrr.integrations.pyterrier import LTRRouterTransformer
+
+    folder, *_, ds = trained
+    routed = LTRRouterTransformer(folder)
+    topics = ds.queries.rename(columns={"question": "query"})[["qid", "query"]].head(3)
+    results = routed.arms["bm25"](topics)
+    for t in (routed, routed.arms["bm25"]):
+        with pytest.raises(DataError, match=r"is a retriever: it takes queries \(qid, query\), not a results frame"):
+            t(results)
+    blank = pd.concat([topics, pd.DataFrame({"qid": ["x"], "query": ["  "]})], ignore_index=True)
+    for t in (routed, routed.arms["bm25"]):
+        with pytest.warns(UserWarning, match="skipping the empty query of qid 'x'"):
+            out = t(blank)
+        assert "x" not in set(out["qid"]) and set(out["qid"]) <= set(topics["qid"])
+
+
 def test_arm_mapping_must_cover_every_arm_the_router_can_choose(trained):
     from ltrr.integrations.pyterrier import LTRRouterTransformer
 

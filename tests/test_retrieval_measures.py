@@ -95,6 +95,17 @@ def test_measure_names_and_errors(runs):
     assert [str(m) for m in parse_measures(["nDCG@10", "RR"])] == ["nDCG@10", "RR"]
     with pytest.raises(ConfigError, match=r"unknown retrieval measure 'nDCG@ten'"):
         parse_measures(["nDCG@ten"])
+    # a misspelt parameter (judged_only) was a KeyError traceback in the table's column names
+    with pytest.raises(ConfigError, match=r"unknown retrieval measure 'nDCG\(judged=True\)@10'"):
+        parse_measures(["nDCG(judged=True)@10"])
+    # one measure under two spellings is one column, not a column twice
+    assert [str(m) for m in parse_measures(["P@1", "P(rel=1)@1", "RR"])] == ["P@1", "RR"]
+    assert list(per_query_measures(results, ds.qrels, ["P@1", "P(rel=1)@1"], queries=ds.queries).columns) == \
+        ["qid", "arm", "P@1"]
+    # ir_measures sums a count over queries; ltrr's tables are means, so a count is refused
+    for count in ("NumRet", "NumRel", "NumQ"):
+        with pytest.raises(ConfigError, match=f"retrieval measure '{count}' is a count that ir_measures sums"):
+            parse_measures([count])
     with pytest.raises(DataError, match=r"none of the 1 qids of the qrels"):
         per_query_measures(results, pd.DataFrame({"qid": ["x"], "docid": ["d"], "relevance": [1]}), ["RR"],
                            queries=ds.queries)

@@ -62,6 +62,22 @@ def test_scores_that_do_not_order_the_ranking_are_replaced_by_reciprocal_rank(tm
     assert back.loc[back["qid"] == "q2", "score"].tolist() == [1.0, 0.5, 1 / 3]
 
 
+def test_a_gzipped_run_reads_and_ranks_from_zero_get_finite_scores(tmp_path):
+    """PyTerrier saves runs as .res.gz (read as 'not UTF-8'); a frame ranked from 0 with tied
+    scores was written with an infinite score (1/0)."""
+    import gzip
+
+    res = pd.DataFrame({"qid": ["q1"] * 3, "docid": ["a", "b", "c"], "rank": [0, 1, 2], "score": [2.0, 2.0, 1.0],
+                        "arm": ["t"] * 3})
+    path = write_trec_run(res, tmp_path / "x.res")
+    assert "inf" not in path.read_text()
+    back = read_trec_run(path)
+    assert back["score"].tolist() == [1.0, 0.5, pytest.approx(1 / 3)]
+    gz = tmp_path / "x.res.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    pd.testing.assert_frame_equal(read_trec_run(gz), back)
+
+
 def test_write_runs_keyed_and_replaced_when_inputs_change(tmp_path):
     res = _results()
     queries = pd.DataFrame({"qid": ["q1", "q2"], "question": ["a", "b"]})

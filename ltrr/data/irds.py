@@ -2,6 +2,9 @@
 
 ``[data] dataset = "irds:beir/nq"`` reads the dataset's documents as the corpus (``doc_id``,
 ``title`` where it has one, and the text), its queries (``query_id`` and text) and its qrels.
+The text of a document or query is its ``text`` field, else ir_datasets' ``default_text()``
+(for TREC topics with title, description and narrative, the title; the run logs which fields
+there were); a document whose ``default_text()`` holds its title is indexed with the title once.
 Answers come from the queries where the dataset has them (an ``answers`` field, as in
 ``natural-questions`` or ``dpr-w100``), else from ``[data] answers``: a JSONL or Parquet table
 with ``qid`` and ``answers``. Without answers a dataset can be retrieved and evaluated for
@@ -60,6 +63,18 @@ def _text(obj) -> str:
     if isinstance(text, str):
         return text
     return obj.default_text()
+
+
+def _doc_row(d) -> dict:
+    """A corpus row of an ir_datasets document. Where the document has no ``text`` field its
+    ``default_text()`` is the text, and that often holds the title already (``msmarco-document``:
+    title and body; ``cord19``: title and abstract): the title is then left empty, since ltrr puts
+    a passage's title before its text and would index it twice."""
+    title = str(getattr(d, "title", "") or "")
+    text = _text(d)
+    if title and not isinstance(getattr(d, "text", None), str) and title in text:
+        title = ""
+    return {"docid": str(d.doc_id), "title": title, "text": text}
 
 
 def attach_answers(queries: pd.DataFrame, path: str | Path) -> pd.DataFrame:
@@ -125,6 +140,12 @@ def _read(name: str, ds, answers):
     from ltrr.data.trec import check_qrels_match
 
     rows = []
+    fields = getattr(ds.queries_cls(), "_fields", ())
+    if "text" not in fields and len([f for f in fields if f != "query_id"]) > 1:
+        from ltrr._log import logger
+
+        logger.info(f"[data] {name}: the queries have no text field but {', '.join(f for f in fields if f != 'query_id')}; "
+                    "each question is ir_datasets' default_text() of its query")
     for q in ds.queries_iter():
         ans = getattr(q, "answers", None)
         rows.append({"qid": str(q.query_id), "question": _text(q),
@@ -132,9 +153,7 @@ def _read(name: str, ds, answers):
     queries = validate_queries(pd.DataFrame(rows))
     if answers:
         queries = attach_answers(queries, answers)
-    corpus = validate_corpus(pd.DataFrame(
-        [{"docid": str(d.doc_id), "title": str(getattr(d, "title", "") or ""), "text": _text(d)}
-         for d in ds.docs_iter()]))
+    corpus = validate_corpus(pd.DataFrame([_doc_row(d) for d in ds.docs_iter()]))
     qrels = None
     if ds.has_qrels():
         qrels = validate_qrels(pd.DataFrame(

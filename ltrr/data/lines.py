@@ -12,7 +12,8 @@ __all__ = ["utf8_lines"]
 
 
 def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """``(lineno, line)`` for each non-blank line of a UTF-8 file, numbered from 1.
+    """``(lineno, line)`` for each non-blank line of a UTF-8 file (gzipped when it ends in
+    ``.gz``), numbered from 1.
 
     A byte-order mark (as Windows editors write) is dropped and ``\\r\\n`` endings are kept
     in ``line`` for the caller's parser to strip.
@@ -23,7 +24,10 @@ def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         ``file:line: not UTF-8 text (...)`` for the first line that does not decode.
     """
     path = Path(path)
-    with path.open("rb") as fh:
+    import gzip
+
+    # a gzipped file (a run PyTerrier saved as .res.gz, say) reads as its text
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as fh:
         for lineno, raw in enumerate(fh, 1):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8):]

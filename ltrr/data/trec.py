@@ -90,7 +90,9 @@ def ordering_scores(results: pd.DataFrame) -> pd.Series:
     bad_arms = set(df["arm"].to_numpy()[1:][bad_step]) | set(df.loc[~np.isfinite(s), "arm"])
     out = results["score"].astype(np.float64).copy()
     mask = results["arm"].isin(bad_arms).to_numpy()
-    out[mask] = 1.0 / results["rank"].to_numpy(dtype=np.float64)[mask]
+    ranks = results["rank"].to_numpy(dtype=np.float64)
+    shift = max(0.0, 1.0 - ranks.min()) if len(ranks) else 0.0  # ranks from 0 (PyTerrier's) count from 1
+    out[mask] = 1.0 / (ranks[mask] + shift)
     return out
 
 

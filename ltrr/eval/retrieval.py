@@ -67,16 +67,30 @@ def expand_measures(names: Sequence[str] | None, ks: Sequence[int]) -> list[str]
 
 
 def parse_measures(names: Sequence[str]) -> list:
-    """``ir_measures`` measure objects of ``names``; a string it does not know is a ConfigError."""
+    """``ir_measures`` measure objects of ``names``, once each (``P(rel=1)@1`` is ``P@1``).
+
+    Raises
+    ------
+    ConfigError
+        A string ir_measures does not know (a misspelt parameter included), or a count measure
+        (``NumRet``, ``NumRel``, ...): ir_measures sums those over queries, while ltrr's tables
+        are means over queries.
+    """
     irm = _ir_measures()
-    out = []
+    out, seen = [], set()
     for name in names:
         try:
             m = irm.parse_measure(name)
-        except (ValueError, NameError, TypeError, SyntaxError):
+            canonical = str(m)  # a parameter the measure lacks fails only here (KeyError)
+        except (ValueError, NameError, TypeError, SyntaxError, KeyError):
             raise ConfigError(f"unknown retrieval measure {name!r}: use ir_measures names such as "
                               "'nDCG@10', 'R@5', 'RR', 'P@1', 'AP', 'Success@5'") from None
-        out.append(m)
+        if type(m.aggregator()).__name__ != "MeanAgg":
+            raise ConfigError(f"retrieval measure {name!r} is a count that ir_measures sums over queries; ltrr's "
+                              "tables are means over queries: compute it with ir_measures on a written run file")
+        if canonical not in seen:
+            seen.add(canonical)
+            out.append(m)
     return out
 
 

@@ -9,7 +9,10 @@ frame (``qid, query, docno, score, rank`` with ``rank`` from 0). `LTRRouterTrans
 routes each query with a trained LTR router (``ltrr train``), sends it to the transformer of
 the arm the router chose, and returns that arm's R frame with the chosen ``arm`` and the
 router's ``router_score`` as columns. It composes with ``>>`` like any transformer, and works
-in ``pt.Experiment``.
+in ``pt.Experiment``; a query routed to the no-retrieval arm has no results, so with
+``batch_size`` a batch whose every query went there is one PyTerrier refuses (it raises on an
+empty batch): leave ``batch_size`` out or make it large. Both transformers are retrievers: a
+results frame (with ``docno``) is refused, and a blank query is skipped with a warning.
 
 Examples
 --------
@@ -43,12 +46,24 @@ R_COLUMNS = ["qid", "query", "docno", "score", "rank", "text"]
 
 
 def _check_q_frame(topics: Any, who: str) -> pd.DataFrame:
+    """The Q frame a retriever takes, checked: a results frame (with ``docno``) is refused, and
+    a blank query is dropped with a warning, as PyTerrier's Terrier retriever skips it."""
     if not isinstance(topics, pd.DataFrame):
         raise DataError(f"{who} takes a PyTerrier Q frame (a DataFrame with qid and query), got {type(topics).__name__}")
     missing = [c for c in ("qid", "query") if c not in topics.columns]
     if missing:
         raise DataError(f"{who}: the input frame lacks column(s) {', '.join(missing)} "
                         f"(it has {', '.join(map(str, topics.columns)) or 'none'})")
+    if "docno" in topics.columns:
+        raise DataError(f"{who} is a retriever: it takes queries (qid, query), not a results frame with docno "
+                        "(it cannot re-rank or be a ** feature of another retriever's results)")
+    blank = topics["query"].isna() | (topics["query"].astype(str).str.strip() == "")
+    if blank.any():
+        import warnings
+
+        for qid in topics.loc[blank, "qid"]:
+            warnings.warn(f"{who}: skipping the empty query of qid {qid!r}", stacklevel=3)
+        topics = topics[~blank]
     return topics
 
 
@@ -94,8 +109,11 @@ class ArmTransformer(pt.Transformer):
         res = self.pool.search(queries, [self.arm])
         if res.empty:
             return _empty_r(carried)
+        # scores decided query by query (raw where they order the ranking, else 1/rank), so a
+        # query's scores do not depend on the others in its batch (pt.Experiment's batch_size)
+        per_query = res.assign(arm=res["arm"].astype(str) + "\0" + res["qid"].astype(str))
         out = pd.DataFrame({"qid": res["qid"].to_numpy(), "docno": res["docid"].astype(str).to_numpy(),
-                            "score": ordering_scores(res).to_numpy(), "rank": res["rank"].to_numpy() - 1,
+                            "score": ordering_scores(per_query).to_numpy(), "rank": res["rank"].to_numpy() - 1,
                             "text": res["text"].to_numpy()})
         out["query"] = out["qid"].map(dict(zip(queries["qid"], queries["question"], strict=True)))
         out = out[R_COLUMNS]
