@@ -251,3 +251,16 @@ def test_agent_compare_and_sweep_refuse_a_bad_eval_json(env, capsys, text, why):
     assert why in _err(capsys)
     assert main(["agent", "compare", str(env / "nothing"), str(env / "a")]) == 2
     assert "nothing: no evaluation (eval.json); run `ltrr agent eval` first" in _err(capsys)
+
+
+def test_dask_flags_refused_before_any_cluster_or_stage(env, capsys):
+    """`train --scheduler` trained an SVM here and recorded it as trained on Dask; `label
+    --scheduler` with [generation] use_cache = false generated everything, kept nothing, then
+    failed on a missing shard."""
+    cfg, _ = _tiny(env)
+    assert main(["train", str(cfg), "--ranker", "svm-pointwise", "--scheduler", "local:2"]) == 2
+    assert "svm-pointwise does not train on Dask; --scheduler trains lambdamart-listwise" in _err(capsys)
+    cfg.write_text(cfg.read_text() + '\n[generation]\nuse_cache = false\n')
+    assert main(["label", str(cfg), "--scheduler", "local:2"]) == 2
+    assert "--scheduler fills the generation cache: it cannot run with the cache off" in _err(capsys)
+    assert not (env / "data" / "indexes").exists() and not (env / "run").exists()

@@ -162,3 +162,53 @@ def test_bad_schedulers(project, capsys):
     assert "--scheduler must be local[:N] or tcp://HOST:PORT" in capsys.readouterr().err
     assert main(["label", cfg, "--scheduler", "local:2", "--shard", "0/2"]) == 2
     assert "give --shard or --scheduler, not both" in capsys.readouterr().err
+
+
+def test_an_interrupted_runs_shards_reach_the_cache_before_anything_is_sent(project, capsys):
+    """Shards were merged only after every task had succeeded: an interrupted or failed Dask
+    labelling kept none of its workers' output, and the next run generated it all again."""
+    from ltrr.generation.base import DecodingParams, Generation
+    from ltrr.generation.cache import GenerationCache, cache_key
+
+    root, config = project
+    cfg = config("leftover")
+    assert main(["retrieve", cfg]) == 0
+    shard_dir = root / "leftover" / "dask-shards" / "leftover"
+    shard_dir.mkdir(parents=True)
+    key = cache_key("echo", "echo-1", DecodingParams(), "a worker's finished item")
+    with GenerationCache(shard_dir / "worker-4242.sqlite") as shard:
+        shard.put_many([(key, "echo", "echo-1", DecodingParams(), Generation(text="kept"))])
+    capsys.readouterr()
+    # the scheduler is unreachable: the run fails, but only after the leftover shard is merged
+    assert main(["label", cfg, "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "1"]) == 2
+    assert "no Dask scheduler answered at tcp://127.0.0.1:9" in capsys.readouterr().err
+    with GenerationCache(root / "leftover" / "cache.sqlite") as cache:
+        assert cache.get_many([key])[key].text == "kept"
+
+
+def test_a_scheduler_without_workers_or_with_another_ltrr_is_one_line(project, capsys, monkeypatch):
+    """A scheduler with no worker (or whose workers die importing ltrr) made a labelling wait
+    forever; workers of another ltrr version labelled without a word."""
+    import socket
+
+    from dask.distributed import LocalCluster
+
+    import ltrr
+    from ltrr._errors import ConfigError
+    from ltrr.dist import connect
+
+    with LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+        with pytest.raises(ConfigError, match=r"no Dask worker joined the scheduler at tcp://.* within 2s"):
+            connect(empty.scheduler_address, timeout=2)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as one:
+        connect(one.scheduler_address, timeout=10).close()  # the same ltrr: connected
+        monkeypatch.setattr(ltrr, "__version__", "0.0.0-other")
+        with pytest.raises(ConfigError, match=r"runs ltrr .*, this is ltrr 0.0.0-other; install one version"):
+            connect(one.scheduler_address, timeout=10)
+    with socket.socket() as silent:  # accepts the connection and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        # given up after the timeout (distributed's own connect was still waiting after 300 s)
+        with pytest.raises(ConfigError, match=f"no Dask scheduler answered at {address} within 1s"):
+            connect(address, timeout=1)

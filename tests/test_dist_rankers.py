@@ -63,6 +63,9 @@ def test_scheduler_without_dask_and_bad_values(monkeypatch):
     assert check_scheduler("local:3") == "local:3" and check_scheduler("tcp://10.0.0.1:8786")
     with pytest.raises(ConfigError, match="positive worker count"):
         check_scheduler("local:0")
+    for bad in ("tcp://127.0.0.1", "tcp://", "tls://127.0.0.1:8786", "tcp://host:99999", "tcp://a b:1"):
+        with pytest.raises(ConfigError, match=r"--scheduler must be local\[:N\] or tcp://HOST:PORT"):
+            check_scheduler(bad)  # a ValueError or TypeError traceback from distributed, after the stages
     monkeypatch.setitem(sys.modules, "dask.distributed", None)  # as if the dist extra were absent
     with pytest.raises(MissingDependencyError, match=r"pip install 'ltrr\[dist\]'"):
         connect("local:2")

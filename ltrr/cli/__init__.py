@@ -94,6 +94,9 @@ def cmd_label(args: argparse.Namespace) -> int:
     if not args.scheduler_timeout > 0:  # NaN too
         raise LtrrError(f"--scheduler-timeout must be a number of seconds > 0, got {args.scheduler_timeout}")
     cfg = load_config(args.config)
+    if args.scheduler and (args.no_cache or not cfg.generation.use_cache):
+        raise LtrrError("--scheduler fills the generation cache: it cannot run with the cache off "
+                        "(--no-cache or [generation] use_cache = false)")
     if args.questions is not None:
         d = cfg.to_dict()
         d["data"]["max_queries"] = args.questions
@@ -132,6 +135,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ltrr.rankers import rankers
 
     rankers.get(ranker)  # unknown name -> one clear line listing the choices
+    if args.scheduler:
+        from ltrr.rankers import ranker_tags
+
+        if not args.scheduler_timeout > 0:  # NaN too
+            raise LtrrError(f"--scheduler-timeout must be a number of seconds > 0, got {args.scheduler_timeout}")
+
+        if not ranker_tags(ranker).trains_on_dask:  # it would train here and be recorded as trained on Dask
+            on_dask = [n for n in rankers if ranker_tags(n).trains_on_dask]
+            raise LtrrError(f"{ranker} does not train on Dask; --scheduler trains {', '.join(on_dask)}")
     from ltrr.pipeline.stages import check_inputs_current
 
     check_inputs_current(run, "train")  # never the labels of another config sharing the workdir
@@ -140,7 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         from ltrr.dist.rankers import dask_training
 
         check_scheduler(args.scheduler)
-        with connected(args.scheduler) as client, dask_training(client):
+        with connected(args.scheduler, timeout=args.scheduler_timeout) as client, dask_training(client):
             out = run.stage_train(ranker, force=True, part=args.part, trained_on="dask")  # a local run fits again
     else:
         out = run.stage_train(ranker, force=args.force, part=args.part)
@@ -387,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--part", choices=["design"], default=None,
                     help="fit on the protocol's design part alone, into models/<ranker>-design")
     tr.add_argument("--scheduler", help="local[:N] or tcp://HOST:PORT: train lambdamart-listwise or xgboost-pairwise/-listwise on Dask (the dist extra)")
+    tr.add_argument("--scheduler-timeout", type=float, default=30.0,
+                    help="seconds to wait for a tcp:// scheduler and its first worker (default 30)")
     tr.set_defaults(func=cmd_train)
 
     ro = sub.add_parser("route", help="rank the arms for a question with a trained router")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ltrr._errors import LtrrError
 from ltrr._log import bar
 
 __all__ = ["fill_cache_on_dask", "missing_chunks"]
@@ -74,6 +75,9 @@ def _label_chunk(run_class: type, config: dict, shard_dir: str, qids: list[str])
     from ltrr.config import validate
 
     key = json.dumps(config, sort_keys=True)
+    if key in _RUNS and not _RUNS[key][0].cache_path.exists():  # its shard was removed since: start it afresh
+        _RUNS[key][1].cache.close()
+        del _RUNS[key]
     if key not in _RUNS:
         _log.configure()
         cfg = dict(config)
@@ -95,8 +99,12 @@ def fill_cache_on_dask(run, scheduler: str, *, use_cache: bool | None = None, ch
     from ltrr.dist import connected
     from ltrr.generation.cache import GenerationCache
 
-    if use_cache is False:
-        raise ConfigError("--scheduler fills the generation cache: it cannot run with --no-cache")
+    if use_cache is False or (use_cache is None and not run.config.generation.use_cache):
+        raise ConfigError("--scheduler fills the generation cache: it cannot run with the cache off "
+                          "(--no-cache or [generation] use_cache = false)")
+    shard_dir = run.cache_path.parent / "dask-shards" / run.config.name
+    main = GenerationCache(run.cache_path)
+    _merge_shards(main, shard_dir)  # an interrupted run's finished work counts first
     qids = [str(q) for q in run.dataset.queries["qid"]]
     chunks = [qids[i:i + chunk_queries] for i in range(0, len(qids), chunk_queries)]
     todo = missing_chunks(run, chunks)
@@ -104,25 +112,48 @@ def fill_cache_on_dask(run, scheduler: str, *, use_cache: bool | None = None, ch
             "items missing from the cache")
     if not todo:
         return {"chunks": 0}
-    shard_dir = run.cache_path.parent / "dask-shards" / run.config.name
     shard_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    cfg = run.config.to_dict()
+    cfg = _absolute_paths(run)
     calls, shards = 0, set()
-    main = GenerationCache(run.cache_path)
-    with connected(scheduler, timeout=timeout) as client:
-        from dask.distributed import as_completed  # importable once connect has checked Dask
+    try:
+        with connected(scheduler, timeout=timeout) as client:
+            from dask.distributed import as_completed  # importable once connect has checked Dask
 
-        futures = [client.submit(_label_chunk, type(run), cfg, str(shard_dir), chunk, key=f"ltrr-label-{i}-{chunk[0]}",
-                                 retries=retries, pure=False) for i, chunk in enumerate(todo)]
-        with bar(total=len(futures), desc="dask chunks", unit="chunk") as pbar:
-            for fut in as_completed(futures):
-                res = fut.result()
-                calls += res["generator_calls"]
-                shards.add(res["shard"])
-                pbar.update(1)
-    for shard in sorted(shards):  # every row checksummed and copied verbatim
-        main.merge(shard)
+            futures = [client.submit(_label_chunk, type(run), cfg, str(shard_dir), chunk,
+                                     key=f"ltrr-label-{i}-{chunk[0]}", retries=retries, pure=False)
+                       for i, chunk in enumerate(todo)]
+            with bar(total=len(futures), desc="dask chunks", unit="chunk") as pbar:
+                for fut in as_completed(futures):
+                    try:
+                        res = fut.result()
+                    except LtrrError:
+                        raise
+                    except Exception as exc:  # a worker killed again and again (KilledWorker), say
+                        raise LtrrError(f"Dask task {fut.key} failed: {type(exc).__name__}: {exc}; the chunks "
+                                        "that finished are kept, and the next run sends only the rest") from None
+                    calls += res["generator_calls"]
+                    shards.add(res["shard"])
+                    pbar.update(1)
+    finally:  # finished or not, every shard's rows reach the run's cache (checksummed, verbatim)
+        _merge_shards(main, shard_dir)
     run.log(f"[label] dask: {len(todo)} chunks, {calls} generator calls on {len(shards)} workers in "
             f"{time.perf_counter() - t0:.1f}s; shards merged into {run.cache_path}")
     return {"chunks": len(todo), "generator_calls": calls, "shards": sorted(shards)}
+
+
+def _merge_shards(main, shard_dir: Path) -> None:
+    """Merge every worker shard in ``shard_dir`` into the run's cache ``main`` (rows it has are
+    kept as they are), so an interrupted or failed run keeps what its workers finished."""
+    for shard in sorted(shard_dir.glob("worker-*.sqlite")) if shard_dir.is_dir() else []:
+        main.merge(shard)
+
+
+def _absolute_paths(run) -> dict:
+    """The run's config for a worker, its paths made absolute: a worker started in another
+    folder read a relative workdir or dataset from its own folder."""
+    cfg = run.config.to_dict()
+    cfg["run"] = {**cfg["run"], "workdir": str(Path(run.workdir).resolve())}
+    if Path(run.dataset_path).exists():
+        cfg["data"] = {**cfg["data"], "dataset": str(Path(run.dataset_path).resolve())}
+    return cfg

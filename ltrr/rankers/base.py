@@ -94,6 +94,8 @@ class BaseRanker(BaseEstimator):
     learns_missing: ClassVar[bool] = False
     #: whether the ranker trains a torch module (imports torch in fit and load)
     torch_based: ClassVar[bool] = False
+    #: whether ``fit`` trains on the Dask cluster of `ltrr.dist.rankers.dask_training`
+    trains_on_dask: ClassVar[bool] = False
     #: sklearn parameter constraints: {param: [constraint, ...]}; unlisted params are unchecked
     _parameter_constraints: ClassVar[dict] = {}
     # qid is data that belongs to fit: request it by default for sklearn's metadata routing,

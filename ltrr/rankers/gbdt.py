@@ -82,7 +82,6 @@ class _GBDTRanker(BaseRanker):
 
     _model_file: ClassVar[str]
     _model_format: ClassVar[str]
-    _trains_on_dask: ClassVar[bool] = False
     # the libraries learn a default split direction for NaN, not a fill value
     allows_nan: ClassVar[bool] = True
 
@@ -109,7 +108,7 @@ class _GBDTRanker(BaseRanker):
         self
         """
         X, y, qid = check_ranking_data(self, X, y, qid)
-        if _dask_client() is not None and not self._trains_on_dask:
+        if _dask_client() is not None and not self.trains_on_dask:
             raise ConfigError(f"{self.name} does not train on Dask; --scheduler trains lambdamart-listwise, "
                               "xgboost-pairwise and xgboost-listwise")
         # A pointwise ranker ignores qid entirely, so its model is the same with or without it.
@@ -286,7 +285,7 @@ class XGBoostPairwiseRanker(_XGBoostRanker):
     """
 
     name = "xgboost-pairwise"
-    _trains_on_dask = True
+    trains_on_dask = True
 
     def _train(self, X, y, codes, sizes):
         import xgboost as xgb
@@ -324,7 +323,7 @@ class XGBoostListwiseRanker(_XGBoostRanker):
     """
 
     name = "xgboost-listwise"
-    _trains_on_dask = True
+    trains_on_dask = True
     _parameter_constraints: ClassVar[dict] = {
         **_XGBoostRanker._parameter_constraints,
         **_GRADE_CONSTRAINTS,
@@ -425,7 +424,7 @@ class LambdaMARTRanker(_GBDTRanker):
     """
 
     name = "lambdamart-listwise"
-    _trains_on_dask = True
+    trains_on_dask = True
     _model_file = "model.txt"
     _model_format = "lightgbm-text"
     _parameter_constraints: ClassVar[dict] = {

@@ -1,7 +1,7 @@
 """Ranker tags: what a ranker class needs and can do, read from the class, never from its name.
 
 Each `BaseRanker` subclass declares its tags as class attributes (``needs_text``,
-``allows_nan``, ``learns_missing``, ``torch_based``); `ranker_tags` reads them for a registry
+``allows_nan``, ``learns_missing``, ``torch_based``, ``trains_on_dask``); `ranker_tags` reads them for a registry
 name, a class or an instance, so callers decide on a ranker before building one.
 
 Examples
@@ -10,7 +10,7 @@ Examples
 >>> ranker_tags("transformer-pairwise").needs_text
 True
 >>> ranker_tags("lambdamart-listwise")
-RankerTags(needs_text=False, allows_nan=True, learns_missing=False, torch_based=False)
+RankerTags(needs_text=False, allows_nan=True, learns_missing=False, torch_based=False, trains_on_dask=True)
 """
 
 from __future__ import annotations
@@ -39,12 +39,15 @@ class RankerTags:
         The ranker learns its own value for NaN features, so they need not be imputed.
     torch_based : bool
         The ranker trains a torch module.
+    trains_on_dask : bool
+        ``fit`` trains on a Dask cluster (``ltrr train --scheduler``).
     """
 
     needs_text: bool
     allows_nan: bool
     learns_missing: bool
     torch_based: bool
+    trains_on_dask: bool = False
 
 
 def ranker_tags(ranker: str | type | BaseRanker) -> RankerTags:
@@ -68,6 +71,7 @@ def ranker_tags(ranker: str | type | BaseRanker) -> RankerTags:
         allows_nan=bool(klass.allows_nan),
         learns_missing=bool(klass.learns_missing),
         torch_based=bool(klass.torch_based),
+        trains_on_dask=bool(klass.trains_on_dask),
     )
 
 
