@@ -27,7 +27,10 @@ held-out arm:
     taskset -c 1 .venv/bin/python benchmarks/unseen_arm.py demo-agent-unseen \\
         --with runs/demo-agent/agent/eval-sft-holdout-views-holdout \\
         --without runs/demo-agent/agent/eval-sft-holdout-views \\
-        --out benchmarks/results/agent_demo_agent/unseen_arm_views
+        --out runs/demo-agent/unseen_arm    # writes unseen_arm.json and unseen_arm.md
+
+The committed readings are in ``benchmarks/results/agent_demo_agent/`` (``unseen_arm_lr.*``,
+``unseen_renamed/``, ``unseen_typed/``) and ``benchmarks/results/agent_demo_agent_qwen/``.
 """
 
 from __future__ import annotations

@@ -264,3 +264,19 @@ def test_dask_flags_refused_before_any_cluster_or_stage(env, capsys):
     assert main(["label", str(cfg), "--scheduler", "local:2"]) == 2
     assert "--scheduler fills the generation cache: it cannot run with the cache off" in _err(capsys)
     assert not (env / "data" / "indexes").exists() and not (env / "run").exists()
+
+
+def test_cache_extract_names_the_path_it_cannot_write(env, capsys, monkeypatch):
+    """The error named the temporary file beside the destination, and said to delete it."""
+    from ltrr.generation.base import DecodingParams, Generation
+    from ltrr.generation.cache import GenerationCache, cache_key
+
+    source = env / "c.sqlite"
+    with GenerationCache(source) as cache:
+        key = cache_key("echo", "echo-1", DecodingParams(), "hi")
+        cache.put_many([(key, "echo", "echo-1", DecodingParams(), Generation(text="x"))])
+    blocked = env / "blocked"
+    blocked.write_text("a file, not a folder")
+    assert main(["cache", "extract", str(blocked / "x.sqlite"), "--identity", "echo-1", "--from", str(source)]) == 2
+    err = _err(capsys)
+    assert f"cannot write {blocked / 'x.sqlite'}" in err and ".tmp" not in err

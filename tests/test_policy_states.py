@@ -47,3 +47,27 @@ def test_states_bad_input(tiny):
 
     with pytest.raises(ConfigError, match="does not expose; use the transformers or llama_cpp backend"):
         question_states(Remote(), ["x"])
+
+
+def test_an_interrupted_pass_keeps_the_states_it_made(tiny, tmp_path):
+    """The states were saved only after the whole loop: an interruption lost every one."""
+    from ltrr.generation.transformers_backend import TransformersGenerator
+
+    gen = TransformersGenerator(tiny)
+    real = gen.hf_model.forward
+    calls = []
+
+    def forward(*args, **kwargs):  # the second batch is interrupted
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("Ctrl-C")
+        return real(*args, **kwargs)
+
+    gen.hf_model.forward = forward
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C"):
+        question_states(gen, ["a", "b", "c", "d"], batch_size=2, cache_dir=tmp_path)
+    gen.hf_model.forward = real
+    from safetensors.numpy import load_file
+
+    (saved,) = tmp_path.glob("states-*-last.safetensors")
+    assert len(load_file(str(saved))) == 2  # the first batch's two questions

@@ -339,6 +339,16 @@ class GenerationCache:
         missing = sorted(set(wanted) - {r[2] for r in rows})
         if missing:
             raise ConfigError(f"no generation of model identity {missing} in {self.path}; it holds {have}")
+        try:
+            self._write_extract(rows, dest)
+        except OSError as exc:  # named by the path asked for, not the temporary file beside it
+            raise ConfigError(f"cannot write {dest}: {exc.strerror or exc}") from None
+        except ConfigError:  # SQLite could not create the temporary file beside it
+            raise ConfigError(f"cannot write {dest}: SQLite cannot create a file in {dest.parent}") from None
+        return len(rows)
+
+    @staticmethod
+    def _write_extract(rows: Sequence[tuple], dest: Path) -> None:
         with atomic_path(dest) as tmp:
             try:
                 with GenerationCache(tmp) as out:
@@ -348,7 +358,6 @@ class GenerationCache:
             finally:  # SQLite's side files of the temporary database, if it failed before DELETE mode
                 for side in (Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
                     side.unlink(missing_ok=True)
-        return len(rows)
 
     def stats(self) -> dict[str, Any]:
         """Rows, size on disk, rows per backend and model identity, corrupt rows."""

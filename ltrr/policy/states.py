@@ -73,19 +73,22 @@ def question_states(generator: Any, questions: Sequence[str], *, pooling: str = 
     if todo:
         from ltrr._log import bar
 
-        with bar(total=len(todo), desc="question states", unit="q", disable=not show_progress) as pbar:
-            if batched:
-                _batched_states(inner, todo, pooling, batch_size, cached, pbar)
-            else:
-                for k, q in todo:
-                    h = inner.token_states(q)
-                    cached[k] = (h.mean(0) if pooling == "mean" else h[-1]).astype(np.float32)
-                    pbar.update(1)
-        if cache_file is not None:
-            from safetensors.numpy import save_file
+        had = len(cached)
+        try:
+            with bar(total=len(todo), desc="question states", unit="q", disable=not show_progress) as pbar:
+                if batched:
+                    _batched_states(inner, todo, pooling, batch_size, cached, pbar)
+                else:
+                    for k, q in todo:
+                        h = inner.token_states(q)
+                        cached[k] = (h.mean(0) if pooling == "mean" else h[-1]).astype(np.float32)
+                        pbar.update(1)
+        finally:  # interrupted too: the states made so far are kept, and the next call makes the rest
+            if cache_file is not None and len(cached) > had:
+                from safetensors.numpy import save_file
 
-            with atomic_path(cache_file) as tmp:
-                save_file({k: np.ascontiguousarray(v) for k, v in cached.items()}, str(tmp))
+                with atomic_path(cache_file) as tmp:
+                    save_file({k: np.ascontiguousarray(v) for k, v in cached.items()}, str(tmp))
     return np.stack([cached[k] for k in keys]).astype(np.float64)
 
 
