@@ -280,3 +280,20 @@ def test_cache_extract_names_the_path_it_cannot_write(env, capsys, monkeypatch):
     assert main(["cache", "extract", str(blocked / "x.sqlite"), "--identity", "echo-1", "--from", str(source)]) == 2
     err = _err(capsys)
     assert f"cannot write {blocked / 'x.sqlite'}" in err and ".tmp" not in err
+
+
+def test_a_stage_behind_a_waiting_one_says_so_in_words(env):
+    """Labels recorded here while this config's retrieval is to run: the label stage waits on it."""
+    from ltrr._errors import NotBuiltError
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.stages import check_inputs_current
+
+    cfg, _ = _tiny(env)
+    assert main(["retrieve", str(cfg)]) == 0
+    Run(load_config(str(cfg))).record("label", "labels-of-this-retrieval", 1.0)
+    other = env / "k1.toml"
+    other.write_text(cfg.read_text().replace("k = 2", "k = 1"))
+    with pytest.raises(NotBuiltError, match=r"stage train reads the label stage's outputs in .*, and label waits "
+                                            r"\(on retrieve\): they are not this config's"):
+        check_inputs_current(Run(load_config(str(other))), "train")

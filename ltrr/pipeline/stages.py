@@ -219,8 +219,6 @@ def check_inputs_current(run: Run, name: str) -> None:
 
     with run.records_read() as reads:
         stages.get(name).fingerprint(run)
-    if not reads:
-        return
     # a stage that never ran here is left to the stage itself, whose error names the file it needs
     recorded = [r for r in dict.fromkeys(reads) if run.stage_record(r).exists()]
     if not recorded:
@@ -229,8 +227,9 @@ def check_inputs_current(run: Run, name: str) -> None:
     for read in recorded:
         row = rows.get(read)
         if row is not None and row["state"] in ("to run", "to build", "waits"):
-            raise NotBuiltError(f"stage {name} reads the {read} stage's outputs in {run.workdir}, and {read} is "
-                                f"{row['state']} ({row['detail']}): they are not this config's; run `ltrr run CONFIG` "
+            state = "waits" if row["state"] == "waits" else f"is {row['state']}"  # "label waits (on retrieve)"
+            raise NotBuiltError(f"stage {name} reads the {read} stage's outputs in {run.workdir}, and {read} {state} "
+                                f"({row['detail']}): they are not this config's; run `ltrr run CONFIG` "
                                 f"(or `ltrr {read} CONFIG`) first")
 
 
