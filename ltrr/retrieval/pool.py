@@ -77,6 +77,12 @@ def _check_pos_int(where: str, v: Any) -> int:
     return int(v)
 
 
+def _corpus_sha256(corpus: pd.DataFrame) -> str:
+    """The `corpus_fingerprint` an index of the (validated) ``corpus`` records as corpus_sha256."""
+    texts = [passage_text(t, x) for t, x in zip(corpus["title"], corpus["text"], strict=True)]
+    return corpus_fingerprint(corpus["docid"].tolist(), texts)
+
+
 class Pool:
     """A set of arms over shared first-stage retrievers.
 
@@ -359,8 +365,7 @@ class Pool:
         corpus = validate_corpus(corpus)
         index_dir = Path(index_dir)
         index_dir.mkdir(parents=True, exist_ok=True)
-        texts = [passage_text(t, x) for t, x in zip(corpus["title"], corpus["text"], strict=True)]
-        fingerprint = corpus_fingerprint(corpus["docid"].tolist(), texts)
+        fingerprint = _corpus_sha256(corpus)
         built: dict[str, Retriever] = {}
         for name in self._used_retrievers():
             spec = self.retrievers[name]
@@ -395,11 +400,7 @@ class Pool:
         edited one, whose indexes share a folder).
         """
         index_dir = Path(index_dir)
-        fingerprint = None
-        if corpus is not None:
-            corpus = validate_corpus(corpus)
-            texts = [passage_text(t, x) for t, x in zip(corpus["title"], corpus["text"], strict=True)]
-            fingerprint = corpus_fingerprint(corpus["docid"].tolist(), texts)
+        fingerprint = None if corpus is None else _corpus_sha256(validate_corpus(corpus))
         loaded: dict[str, Retriever] = {}
         for name in self._used_retrievers():
             path = index_dir / name
