@@ -145,6 +145,7 @@ def test_sft_and_eval_end_to_end(project, capsys):
 
     design, test = partition(Run(load_config(str(cfg))))
     assert doc["n"] == 6 and set(doc["questions"]) <= set(test) and doc["n_multihop"] >= 1
+    assert doc["seed"] == load_config(str(cfg)).seed  # what `ltrr agent sweep` seeds its bootstrap with
     assert 0 <= doc["format_valid_rate"] <= 1 and set(doc["agent"]) == {"recall", "contains", "f1", "em"}
     assert {t["n"] for k, t in doc["tests"].items() if k.endswith("| all")} == {6}
     assert not {t.qid for t in trajs} & set(test)  # SFT saw design questions only

@@ -18,7 +18,8 @@ from ltrr.agent.trajectory import Search, Trajectory, save_trajectories
 NORMALISER = {"low": 0.5, "high": 3.0}
 
 
-def _eval(root: Path, name: str, searches, *, alpha=None, metric="recall", normaliser=NORMALISER) -> Path:
+def _eval(root: Path, name: str, searches, *, alpha=None, metric="recall", normaliser=NORMALISER,
+          seed=None) -> Path:
     """An evaluation folder whose question i made ``searches[i]`` valid searches of cost 1 each
     (its outcome 1 when it searched), and, with ``alpha``, the policy folder it names."""
     policy = root / "policies" / name
@@ -35,9 +36,11 @@ def _eval(root: Path, name: str, searches, *, alpha=None, metric="recall", norma
     folder.mkdir()
     save_trajectories(trajs, folder / "trajectories.jsonl")
     mean = float(np.mean([n > 0 for n in searches]))
-    (folder / "eval.json").write_text(json.dumps({
-        "policy": str(policy), "metric": metric, "normaliser": normaliser, "format_valid_rate": 1.0,
-        "agent": {"recall": mean, "contains": mean, "f1": mean / 2, "em": mean / 4}}))
+    doc = {"policy": str(policy), "metric": metric, "normaliser": normaliser, "format_valid_rate": 1.0,
+           "agent": {"recall": mean, "contains": mean, "f1": mean / 2, "em": mean / 4}}
+    if seed is not None:
+        doc["seed"] = seed
+    (folder / "eval.json").write_text(json.dumps(doc))
     return folder
 
 
@@ -98,6 +101,31 @@ def test_sweep_bad_input_is_named(tmp_path):
             continue
         with pytest.raises(DataError, match=msg):
             sweep_evals(folders, alphas)
+
+
+def test_the_bootstrap_seed_is_the_run_seed_the_evaluations_recorded(tmp_path, capsys):
+    from ltrr.cli import main
+
+    rng = np.random.default_rng(1)
+    searches = [rng.integers(0, 4, 30) for _ in range(3)]
+    old = [_eval(tmp_path / "old", f"p{k}", s, alpha=k / 2) for k, s in enumerate(searches)]
+    new = [_eval(tmp_path / "new", f"p{k}", s, alpha=k / 2, seed=7) for k, s in enumerate(searches)]
+    assert sweep_evals(old, n_resamples=200)["seed"] == 0  # recorded none: 0, as before seeds were recorded
+    doc = sweep_evals(new, n_resamples=200)
+    same = sweep_evals(old, seed=7, n_resamples=200)  # the same values under --seed 7
+    assert doc["seed"] == 7 and doc["trends"] == same["trends"]
+    assert [r["cost"] for r in doc["rows"]] == [r["cost"] for r in same["rows"]]
+    assert doc["rows"][1]["cost"] != sweep_evals(new, seed=8, n_resamples=200)["rows"][1]["cost"]  # the seed is used
+    assert "resamples, seed 7)" in sweep_markdown(doc)
+    mixed = [*new[:2], _eval(tmp_path / "mixed", "p2", searches[2], alpha=1.0, seed=8)]
+    with pytest.raises(DataError, match=r"different run seeds \[7, 8\]; give the bootstrap's seed"):
+        sweep_evals(mixed)
+    assert sweep_evals(mixed, seed=3, n_resamples=50)["seed"] == 3
+    assert main(["agent", "sweep", *map(str, mixed)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "different run seeds" in err[0]
+    assert main(["agent", "sweep", *map(str, new), "--seed", "-1"]) == 2
+    assert "--seed must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_sweep_and_compare_commands(tmp_path, capsys):

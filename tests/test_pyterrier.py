@@ -99,6 +99,33 @@ def test_routed_frame_has_arm_and_router_score_and_composes(trained):
     assert "query_0" in empty.columns and empty["router_score"].dtype == np.float64  # as with rows
 
 
+def test_routing_retrieves_once_and_gives_what_the_arms_give(trained):
+    """With ltrr's own arms the routed rows come from the search the features were made from;
+    they equal the rows of the chosen arms' transformers run apart (over another pool object)."""
+    from ltrr.integrations.pyterrier import LTRRouterTransformer, arms
+
+    folder, *_, ds = trained
+    routed = LTRRouterTransformer(folder)
+    topics = ds.queries.rename(columns={"question": "query"})[["qid", "query"]]
+    pool = routed.arms["bm25"].pool  # the router's own pool (its default arms')
+    calls = []
+    search = pool.search
+    pool.search = lambda queries, *a, **k: calls.append(len(queries)) or search(queries, *a, **k)
+    try:
+        once = routed(topics)
+    finally:
+        del pool.search
+    assert calls == [len(topics)]  # one search of every arm, no second one per chosen arm
+    other = LTRRouterTransformer(folder)
+    apart = LTRRouterTransformer(folder, arms=arms(other.arms["bm25"].pool))  # not the router's pool: run apart
+    pd.testing.assert_frame_equal(once, apart(topics))
+    assert once["arm"].nunique() > 1
+    # an input that carries arm and router_score columns gets the router's, not arm_x / arm_y
+    carried = routed(topics.assign(arm="stale", router_score="stale"))
+    pd.testing.assert_frame_equal(carried[once.columns], once)
+    assert not {"arm_x", "arm_y", "router_score_x"} & set(carried.columns)
+
+
 def test_an_arms_scores_for_a_query_do_not_depend_on_its_batch(trained):
     """The raw-or-1/rank choice was made over every query of the batch: a sampled rerank's
     scores for one query changed with the others (pt.Experiment's batch_size)."""

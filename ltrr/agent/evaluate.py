@@ -268,7 +268,7 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     calls = Counter(s.arm for t in trajs for s in t.searches if s.valid)
     doc = {
         "policy": str(policy or acfg.policy or lm.identity), "metric": metric, "n": len(qids), "n_multihop": int(is_mh.sum()),
-        "seconds": round(seconds, 1),
+        "seed": run.config.seed, "seconds": round(seconds, 1),
         "cache": {k: sum(lp.counters[k] for lp in {id(x): x for x in loops}.values()) for k in loop.counters},
         "format_valid_rate": float(valid.mean()),
         "stop_reasons": dict(Counter(t.stop_reason for t in trajs)),

@@ -85,10 +85,12 @@ def _slope_ci(alphas: np.ndarray, values: np.ndarray, seed: int, n_resamples: in
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def sweep_evals(folders: Sequence[str | Path], alphas: Sequence[float] | None = None, *, seed: int = 0,
+def sweep_evals(folders: Sequence[str | Path], alphas: Sequence[float] | None = None, *, seed: int | None = None,
                 n_resamples: int = 2000) -> dict:
     """Read a sweep's evaluations (module docstring); returns the rows per alpha, ascending, and
-    the trend tests. ``alphas`` (one per folder, in their order) overrides the policies' own."""
+    the trend tests. ``alphas`` (one per folder, in their order) overrides the policies' own.
+    ``seed`` seeds the bootstrap intervals; None takes the run seed the evaluations recorded
+    (`DataError` when they recorded different ones), or 0 for evaluations that recorded none."""
     from scipy.stats import page_trend_test
 
     from ltrr.agent.evaluate import load_evals, per_question
@@ -97,6 +99,12 @@ def sweep_evals(folders: Sequence[str | Path], alphas: Sequence[float] | None = 
     if alphas is not None and len(alphas) != len(folders):
         raise DataError(f"{len(alphas)} alphas for {len(folders)} evaluations; give one per evaluation")
     docs, trajs, qids = load_evals(folders)
+    if seed is None:
+        seeds = sorted({int(d["seed"]) for d in docs if "seed" in d})
+        if len(seeds) > 1:
+            raise DataError(f"the evaluations were made under different run seeds {seeds}; give the bootstrap's "
+                            "seed (--seed)")
+        seed = seeds[0] if seeds else 0
     alphas = [float(a) for a in alphas] if alphas is not None else [alpha_of(d, f) for d, f in zip(docs, folders, strict=True)]
     if len(set(alphas)) != len(alphas):
         raise DataError(f"each evaluation needs its own alpha, got {alphas}")
@@ -145,7 +153,8 @@ def sweep_markdown(doc: dict) -> str:
         return f"{c['mean']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
 
     lines = [f"Cost-weight sweep: {len(doc['alphas'])} policies on {doc['n']} common test questions; "
-             f"95% percentile-bootstrap intervals over questions ({doc['n_resamples']} resamples).", "",
+             f"95% percentile-bootstrap intervals over questions ({doc['n_resamples']} resamples, seed "
+             f"{doc['seed']}).", "",
              "| alpha | format-valid | reward | " + " | ".join([metric, *extra]) + " | searches / q | cost / q |",
              "|---" * (6 + len(extra)) + "|"]
     for r in doc["rows"]:

@@ -63,6 +63,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     w.add_argument("evals", nargs="+", help="evaluation folders (<workdir>/agent/eval-NAME), one per alpha")
     w.add_argument("--alphas", help="comma-separated cost weights, one per evaluation in order (default: each "
                    "policy's grpo.json)")
+    w.add_argument("--seed", type=int, help="the bootstrap intervals' seed (default: the run seed the evaluations "
+                   "recorded; 0 for evaluations that recorded none)")
     w.add_argument("--json", dest="json_out", help="also write the result here as JSON")
     w.set_defaults(func=lambda a: _sweep(a, out))
 
@@ -170,7 +172,9 @@ def _sweep(args: argparse.Namespace, out) -> int:
             alphas = [float(x) for x in args.alphas.split(",")]
         except ValueError:
             raise ConfigError(f"--alphas must be comma-separated numbers, got {args.alphas!r}") from None
-    doc = sweep_evals(args.evals, alphas)
+    if args.seed is not None and args.seed < 0:  # as the [run] seed key: numpy takes no negative seed
+        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
+    doc = sweep_evals(args.evals, alphas, seed=args.seed)
     out(sweep_markdown(doc))
     if args.json_out:
         write_text_atomic(Path(args.json_out), json.dumps(doc, indent=1) + "\n")

@@ -79,6 +79,33 @@ def _carried(topics: pd.DataFrame) -> list[str]:
     return [c for c in topics.columns if c not in R_COLUMNS]
 
 
+def _queries(topics: pd.DataFrame) -> pd.DataFrame:
+    """A checked Q frame as ltrr's queries (``qid`` as text, ``question``)."""
+    return pd.DataFrame({"qid": topics["qid"].astype(str).to_numpy(), "question": topics["query"].to_numpy()})
+
+
+def _r_frame(topics: pd.DataFrame, res: pd.DataFrame) -> pd.DataFrame:
+    """The R frame of one arm's `ltrr.retrieval.Pool.search` rows ``res`` for the checked Q
+    frame ``topics``, with the input's other columns carried through."""
+    from ltrr.data.trec import ordering_scores
+
+    carried = _carried(topics)
+    if res.empty:
+        return _empty_r(carried)
+    # scores decided query by query (raw where they order the ranking, else 1/rank), so a
+    # query's scores do not depend on the others in its batch (pt.Experiment's batch_size)
+    per_query = res.assign(arm=res["arm"].astype(str) + "\0" + res["qid"].astype(str))
+    out = pd.DataFrame({"qid": res["qid"].to_numpy(), "docno": res["docid"].astype(str).to_numpy(),
+                        "score": ordering_scores(per_query).to_numpy(), "rank": res["rank"].to_numpy() - 1,
+                        "text": res["text"].to_numpy()})
+    out["query"] = out["qid"].map(dict(zip(topics["qid"].astype(str), topics["query"], strict=True)))
+    out = out[R_COLUMNS]
+    if carried:
+        extra = topics[carried].assign(qid=topics["qid"].astype(str)).drop_duplicates("qid")
+        out = out.merge(extra, on="qid", how="left")
+    return out
+
+
 class ArmTransformer(pt.Transformer):
     """One arm of a loaded ltrr `ltrr.retrieval.Pool`, as a PyTerrier retriever.
 
@@ -99,28 +126,10 @@ class ArmTransformer(pt.Transformer):
         self.arm = arm
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
-        from ltrr.data.trec import ordering_scores
-
         topics = _check_q_frame(topics, f"arm {self.arm!r}")
-        carried = _carried(topics)
         if topics.empty:
-            return _empty_r(carried)
-        queries = pd.DataFrame({"qid": topics["qid"].astype(str).to_numpy(), "question": topics["query"].to_numpy()})
-        res = self.pool.search(queries, [self.arm])
-        if res.empty:
-            return _empty_r(carried)
-        # scores decided query by query (raw where they order the ranking, else 1/rank), so a
-        # query's scores do not depend on the others in its batch (pt.Experiment's batch_size)
-        per_query = res.assign(arm=res["arm"].astype(str) + "\0" + res["qid"].astype(str))
-        out = pd.DataFrame({"qid": res["qid"].to_numpy(), "docno": res["docid"].astype(str).to_numpy(),
-                            "score": ordering_scores(per_query).to_numpy(), "rank": res["rank"].to_numpy() - 1,
-                            "text": res["text"].to_numpy()})
-        out["query"] = out["qid"].map(dict(zip(queries["qid"], queries["question"], strict=True)))
-        out = out[R_COLUMNS]
-        if carried:
-            extra = topics[carried].assign(qid=topics["qid"].astype(str)).drop_duplicates("qid")
-            out = out.merge(extra, on="qid", how="left")
-        return out
+            return _empty_r(_carried(topics))
+        return _r_frame(topics, self.pool.search(_queries(topics), [self.arm]))
 
     def __repr__(self) -> str:
         return f"ArmTransformer({self.arm!r})"
@@ -200,30 +209,43 @@ class LTRRouterTransformer(pt.Transformer):
         the qid, so routing each query under a placeholder id (as `ltrr.routers.RoutedPipeline`
         does for one question) would see other passages than the run and the arm transformers.
         """
+        topics = _check_q_frame(topics, "LTRRouterTransformer")
+        return self._route(_queries(topics))[0]
+
+    def _route(self, queries: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The choice per query and every arm's results, which the features were made from."""
         from ltrr.eval.retrieval import route_batch
 
-        topics = _check_q_frame(topics, "LTRRouterTransformer")
         pool = self._pool()
-        queries = pd.DataFrame({"qid": topics["qid"].astype(str).to_numpy(), "question": topics["query"].to_numpy()})
-        return route_batch(self.router, pool, queries, pool.search(queries))
+        results = pool.search(queries)
+        return route_batch(self.router, pool, queries, results), results
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
         topics = _check_q_frame(topics, "LTRRouterTransformer")
         if topics.empty:
             return _empty_r([*_carried(topics), "arm", "router_score"], floats=("router_score",))
-        choice = self.choose(topics)
+        choice, results = self._route(_queries(topics))
         frames = []
         for arm, sub in choice.groupby("arm", sort=False):
             if arm not in self.arms:  # a no-retrieval arm left out of the mapping: no passages
                 continue
-            q = topics[topics["qid"].astype(str).isin(set(sub["qid"]))]
-            res = self.arms[arm].transform(q)
+            chosen = set(sub["qid"])
+            q = topics[topics["qid"].astype(str).isin(chosen)]
+            t = self.arms[arm]
+            if isinstance(t, ArmTransformer) and t.pool is self._pool_obj and t.arm == arm:
+                # ltrr's own arm over the router's pool: its rows are among the results the
+                # features were made from (one retrieval per query, not two)
+                res = _r_frame(q, results[(results["arm"] == arm) & results["qid"].astype(str).isin(chosen)])
+            else:
+                res = t.transform(q)
             if len(res):
                 frames.append(res.assign(qid=res["qid"].astype(str)))
         if not frames:
             return _empty_r([*_carried(topics), "arm", "router_score"], floats=("router_score",))
         out = pd.concat(frames, ignore_index=True)
-        out = out.merge(choice, on="qid", how="left")
+        # the router's arm and score replace any such columns the input carried
+        out = out.drop(columns=[c for c in ("arm", "router_score") if c in out.columns]).merge(choice, on="qid",
+                                                                                              how="left")
         qpos = {q: i for i, q in enumerate(choice["qid"])}
         order = np.lexsort((out["rank"].to_numpy(), out["qid"].map(qpos).to_numpy()))
         return out.iloc[order].reset_index(drop=True)
