@@ -5,7 +5,8 @@
    failed generation, which the cache never stores, so nothing is generated or written.
 2. Each such chunk is a Dask task (``retries``; a lost worker's tasks are rescheduled by Dask,
    up to ``distributed.scheduler.allowed-failures``). A worker process keeps one run per
-   config, so its generator loads once, and writes to its own shard cache. It builds that run
+   config, so its generator loads once, and writes to its own shard cache; it runs one chunk at
+   a time, however many threads it was started with. It builds that run
    with the driver's run class (``type(run)``, sent with the task), so this module, which sits
    below the pipeline, never imports it.
 3. As shards finish they are merged into the run's cache (`GenerationCache.merge`: rows are
@@ -19,6 +20,7 @@ file system.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,10 @@ from ltrr._log import bar
 __all__ = ["fill_cache_on_dask", "missing_chunks"]
 
 _RUNS: dict[str, Any] = {}  # per worker process: config JSON -> (Run, its cached generator, loaded once)
+# One chunk at a time per worker process: a worker started with several threads (``dask worker
+# --nthreads 2``) would otherwise run two chunks on the one generator and cache connection,
+# which are not thread-safe (llama.cpp's context, SQLite), and count each other's calls.
+_WORKER_LOCK = threading.Lock()
 
 
 def missing_chunks(run, chunks: list[list[str]]) -> list[list[str]]:
@@ -69,6 +75,12 @@ def _label_chunk(run_class: type, config: dict, shard_dir: str, qids: list[str])
 
     ``run_class`` is the driver's run class (`ltrr.pipeline.Run`), built here from ``config``.
     """
+    with _WORKER_LOCK:
+        return _label_chunk_alone(run_class, config, shard_dir, qids)
+
+
+def _label_chunk_alone(run_class: type, config: dict, shard_dir: str, qids: list[str]) -> dict:
+    """`_label_chunk`'s work, under the worker's lock."""
     import json
 
     from ltrr import _log
