@@ -507,7 +507,7 @@ def test_real_rollout_on_the_tiny_random_model(tiny_lm):
     # random weights never write a tag: the turn ends at its cap (or at the end of sequence)
     assert t.stop_reason == "unclosed_tag" and len(t.turns) == 1 and 1 <= t.model_tokens <= 6
     messages = build_messages("what is the capital of australia ?", ARMS)
-    prompt = tiny_lm.generator._encode_ids(tiny_lm.generator.render(messages))
+    prompt = tiny_lm.generator.encode_ids(tiny_lm.generator.render(messages))
     assert t.ids[: t.prompt_tokens] == prompt and t.prompt == tiny_lm.render(messages)
     with torch.inference_mode():
         out = tiny_lm.generator.hf_model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False,

@@ -76,3 +76,13 @@ def test_every_env_install_uses_the_constraints():
             continue
         assert "$(PIP_INSTALL)" in ln, f"Makefile installs without constraints.txt: {ln.strip()}"
     assert "-c constraints.txt" in make
+
+
+def test_the_all_extra_is_every_extra_make_env_installs():
+    """``pip install ltrr[all]`` gets what `make env` gets: every extra but the opt-in model."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "setup.cfg")
+    table = cfg["options.extras_require"]
+    in_all = set(re.findall(r"%\((\w+)\)s", table["all"]))
+    assert in_all == set(_env_extras())
+    assert set(table) - in_all == {"all", "qwen15b"}

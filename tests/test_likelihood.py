@@ -19,7 +19,7 @@ def test_score_matches_a_manual_forward_pass(tiny):
     prompt = [{"role": "user", "content": "the capital of australia is"}]
     out = gen.score([prompt, prompt], ["canberra", "da vinci"])
     assert [g.completion_tokens for g in out] == [1, 2]
-    ids = gen._encode_ids(gen.render(prompt))
+    ids = gen.encode_ids(gen.render(prompt))
     cont = gen.tokenizer("da vinci", add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         logits = gen.hf_model(input_ids=torch.tensor([ids + cont])).logits[0]

@@ -141,7 +141,7 @@ class TransformersLM(_GeneratorLM):
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         # the generator's own encoding: a chat template writes its special tokens itself
-        return self.generator._encode_ids(self.render(messages))
+        return self.generator.encode_ids(self.render(messages))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

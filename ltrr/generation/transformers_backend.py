@@ -313,9 +313,10 @@ class TransformersGenerator(Generator):
             return prompt
         return "\n\n".join(m["content"] for m in messages)
 
-    def _encode_ids(self, text: str) -> list[int]:
-        # A chat template already writes the special tokens it needs; a bare prompt gets the
-        # tokenizer's usual ones (BOS for Llama-style models).
+    def encode_ids(self, text: str) -> list[int]:
+        """The token ids ``text`` (a rendered prompt) is fed to the model as: a chat template
+        already writes the special tokens it needs; a bare prompt gets the tokenizer's usual ones
+        (BOS for Llama-style models)."""
         special = not self._uses_chat_template()
         return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
 
@@ -324,7 +325,7 @@ class TransformersGenerator(Generator):
 
     def count_prompt_tokens(self, prompt: str | list[dict[str, str]]) -> int:
         """Tokens of ``prompt`` exactly as it is fed to the model."""
-        return len(self._encode_ids(self.render(prompt)))
+        return len(self.encode_ids(self.render(prompt)))
 
     # ------------------------------------------------------------------ generation
 
@@ -350,7 +351,7 @@ class TransformersGenerator(Generator):
         import torch
 
         start = time.perf_counter()
-        ids = self._encode_ids(self.render(prompt))
+        ids = self.encode_ids(self.render(prompt))
         cont = list(tokenizer(continuation, add_special_tokens=False)["input_ids"]) if isinstance(continuation, str) else []
         if not cont:
             raise DataError(
@@ -374,7 +375,7 @@ class TransformersGenerator(Generator):
         import torch
 
         start = time.perf_counter()
-        ids = self._encode_ids(self.render(prompt))
+        ids = self.encode_ids(self.render(prompt))
         n_in = len(ids)
         ctx = self.context_length
         if n_in + params.max_new_tokens > ctx:

@@ -46,12 +46,18 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+
+# scikit-learn's private names, imported here only (the rankers take them from this module), so
+# one place follows sklearn (setup.cfg bounds it below the next minor release it is untested on):
+# - InvalidParameterError: subclassing it keeps sklearn's own checks (and users catching it)
+#   working while we raise the project's ConfigError;
+# - Interval, StrOptions and _fit_context: the `_parameter_constraints` contract that sklearn's
+#   own estimators and check_estimator use (no public spelling exists);
+# - _num_samples: the sample count of any array-like, as sklearn's own validation counts it.
+from sklearn.base import _fit_context  # noqa: F401  (re-exported for the rankers)
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import get_tags
-
-# sklearn's private parameter-validation error: subclassing it keeps sklearn's own checks
-# (and users catching InvalidParameterError) working while we raise the project's ConfigError.
-from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions  # noqa: F401
 from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from ltrr._errors import ConfigError, DataError, LtrrError

@@ -43,7 +43,7 @@ from sklearn.base import BaseEstimator
 from ltrr._atomic import plain_json, sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._version import __version__
-from ltrr.rankers._validation import RankerParameterError, check_qid
+from ltrr.rankers._validation import InvalidParameterError, RankerParameterError, check_qid
 from ltrr.rankers.registry import rankers
 
 __all__ = ["BaseRanker", "rankers", "group_slices", "mean_ndcg", "ndcg_scorer"]
@@ -108,8 +108,6 @@ class BaseRanker(BaseEstimator):
         return tags
 
     def _validate_params(self) -> None:
-        from sklearn.utils._param_validation import InvalidParameterError
-
         try:
             super()._validate_params()
         except InvalidParameterError as exc:

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
+from sklearn.base import RegressorMixin
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from ltrr._errors import ConfigError, DataError
 from ltrr.rankers._validation import (
+    Interval,
+    StrOptions,
+    _fit_context,
     canonical_order,
     check_predict_data,
     check_ranking_data,

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.base import RegressorMixin
 
 from ltrr._errors import DataError
 from ltrr.rankers._validation import (
+    Interval,
+    StrOptions,
+    _fit_context,
     canonical_order,
     check_predict_data,
     check_ranking_data,

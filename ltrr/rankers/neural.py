@@ -39,11 +39,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.base import RegressorMixin
 
 from ltrr._errors import DataError
-from ltrr.rankers._validation import canonical_order, check_predict_data, check_ranking_data
+from ltrr.rankers._validation import (
+    Interval,
+    _fit_context,
+    canonical_order,
+    check_predict_data,
+    check_ranking_data,
+)
 from ltrr.rankers.base import rankers
 from ltrr.rankers.torch_base import (
     COMMON_CONSTRAINTS,

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
-from ltrr.rankers._validation import RankerParameterError
+from ltrr.rankers._validation import Interval, RankerParameterError, StrOptions
 from ltrr.rankers.base import BaseRanker
 from ltrr.rankers.torch_train import train_loop
 

@@ -40,11 +40,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from ltrr._errors import ConfigError, DataError
-from ltrr.rankers._validation import canonical_order, check_qid
+from ltrr.rankers._validation import Interval, StrOptions, _fit_context, canonical_order, check_qid
 from ltrr.rankers.base import rankers
 from ltrr.rankers.cross_encoder import (
     default_backbone,
