@@ -210,6 +210,20 @@ def test_train_params_are_checked_before_any_training(env, params, match):
         Run(load_config(str(cfg))).make_router("ltrr", "lambdamart-listwise")
 
 
+def test_run_make_router_gives_each_router_the_runs_seed_and_no_retrieval_arm(env):
+    """Routers are built from their parameters (one seed, under one name), not by their names."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg, _ = _tiny(env)
+    cfg.write_text(cfg.read_text().replace('name = "none"', 'name = "closed-book"').replace(
+        'name = "tiny"', 'name = "tiny"\nseed = 11'))
+    run = Run(load_config(str(cfg)))
+    assert run.make_router("random").random_state == 11
+    assert run.make_router("no-retrieval").arm == "closed-book"
+    assert run.make_router("maxsim").get_params() == {}
+
+
 def test_a_bad_shard_fails_before_any_stage_runs(env, capsys):
     """--shard is checked with --scheduler, before the data, index and retrieve stages (it
     failed only after them: an index built for nothing)."""

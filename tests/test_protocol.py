@@ -118,10 +118,11 @@ def test_protocol_candidates_and_bad_router_specs():
     from ltrr.eval.headline import _candidates
 
     c = _candidates(["lambdamart-listwise"], ["norm_gain", "likelihood_norm_gain"], None, "paper",
-                    ["knn:n_neighbors=50"])
+                    ["knn:n_neighbors=50", "maxsim"])
     assert [x["router"] for x in c] == ["ltrr:lambdamart-listwise", "ltrr:lambdamart-listwise[likelihood_norm_gain]",
-                                        "knn:n_neighbors=50"]
+                                        "knn:n_neighbors=50", "maxsim"]
     assert c[2]["label"] == "utility" and c[2]["ranker"] is None
+    assert [x["features"] for x in c[2:]] == ["query_embedding", "raw"]  # what each router reads (its tag)
     with pytest.raises(ConfigError, match="the oracle is no candidate"):
         _candidates([], [], None, "paper", ["oracle"])
     with pytest.raises(ConfigError, match="no candidate router"):

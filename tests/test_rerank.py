@@ -367,3 +367,20 @@ def test_cross_encoder_reranks_by_model_scores(tiny_cross_encoder):
     order = np.lexsort((np.arange(5), -np.asarray(direct)))[:3]
     assert out["docid"].tolist() == res["docid"].to_numpy()[order].tolist()
     np.testing.assert_allclose(out["score"], np.asarray(direct)[order], rtol=1e-5)
+
+
+def test_a_dense_retriever_under_another_name_is_the_embedding_source(tmp_path):
+    """The pool finds the retriever whose index holds document embeddings by its tag
+    (``embeds_documents``), not by the registry name ``"dense"``."""
+    from ltrr.retrieval import Pool
+    from ltrr.retrieval.arms import Arm
+
+    class RenamedDense(DenseRetriever):
+        name = "dense-renamed"
+
+    corpus = wiki_corpus(limit=60)
+    pool = Pool([Arm("none", None), Arm("d", "d", reranker="reg")], {"d": RenamedDense("test-hash")})
+    pool.build(corpus, tmp_path / "idx")  # built: its retrievers are ready (loading would look the name up)
+    src = pool.embedding_source()
+    assert src.retriever is pool.retrievers_["d"] and src.n_encoded == 0
+    assert not BM25Retriever.embeds_documents and DenseRetriever.embeds_documents

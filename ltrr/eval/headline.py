@@ -136,9 +136,9 @@ def _candidates(rankers, train_labels, feature_sets, default_fs: str, router_spe
         name, params = parse_router_spec(spec)
         if name in ("ltrr", "oracle"):
             raise ConfigError(f"protocol router {spec!r}: give LTR rankers in `rankers`; the oracle is no candidate")
-        make_router(spec)  # an unknown router or parameter fails here, before any fitting
+        router = make_router(spec)  # an unknown router or parameter fails here, before any fitting
         out.append({"router": spec, "ranker": None, "label": params.get("label", "utility"),
-                    "features": "query_embedding" if name == "knn" else "raw", "spec": spec})
+                    "features": type(router).reads, "spec": spec})
     if not out:
         raise ConfigError("the protocol has no candidate router: give `rankers` or `routers`")
     return out

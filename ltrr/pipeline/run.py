@@ -359,12 +359,16 @@ class Run:
                              pool_config={"retrievers": self.config.retrievers, "rerankers": self.config.rerankers,
                                           "arms": self.config.arms, "seed": self.config.seed},
                              index_dir=str(self.index_dir), random_state=self.config.seed)
+        import inspect
+
         klass = routers.get(name)
-        if name == "random":
-            return klass(random_state=self.config.seed)
-        if name == "no-retrieval":
-            return klass(arm=self.no_retrieval_arms()[0])
-        return klass()
+        takes = inspect.signature(klass).parameters
+        kwargs = {}
+        if "random_state" in takes:  # one seed, under one name
+            kwargs["random_state"] = self.config.seed
+        if "arm" in takes:  # a router fixed on one arm (no-retrieval): this pool's no-retrieval arm
+            kwargs["arm"] = self.no_retrieval_arms()[0]
+        return klass(**kwargs)
 
     @contextlib.contextmanager
     def records_read(self) -> Iterator[list[str]]:

@@ -30,7 +30,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -273,6 +273,10 @@ class Retriever(BaseEstimator, ABC):
     """
 
     name: str = "abstract"
+    #: a tag: the index holds document embeddings that the pool's ``reg`` rerankers and the
+    #: features reuse (`ltrr.retrieval.embeddings.EmbeddingSource` reads ``encoder``,
+    #: ``docid_rows`` and ``doc_embeddings``)
+    embeds_documents: ClassVar[bool] = False
 
     # ---- parameters --------------------------------------------------------------------
     @classmethod

@@ -87,6 +87,7 @@ class DenseRetriever(Retriever):
     """
 
     name = "dense"
+    embeds_documents = True
 
     def __init__(
         self,

@@ -447,7 +447,7 @@ class Pool:
         dense: list[tuple[str | None, Retriever | None]] = [
             (n, r)
             for n, r in self.retrievers_.items()
-            if r.name == "dense" and (encoder is None or getattr(r, "encoder", None) == encoder)
+            if type(r).embeds_documents and (encoder is None or getattr(r, "encoder", None) == encoder)
         ]
         own = [(n, r) for n, r in dense if n == arm.retriever]
         name, retriever = (own or dense or [(None, None)])[0]

@@ -97,6 +97,7 @@ class KNNRouter(Router):
     """
 
     name = "knn"
+    reads = "query_embedding"
 
     def __init__(self, n_neighbors: int = 25, *, weights: str = "uniform", prior_weight: float = 1.0,
                  label: str = "utility"):

@@ -120,6 +120,9 @@ class Router(BaseEstimator):
     """
 
     name: ClassVar[str] = "abstract"
+    #: what the router reads of a query: ``"raw"`` (the raw feature table) or
+    #: ``"query_embedding"`` (the question's embedding: `ltrr.routers.knn.KNNRouter`)
+    reads: ClassVar[str] = "raw"
 
     def fit(self, raw: Any = None, labels: Any = None) -> Router:
         """Learn from training data; train-free routers do nothing and return ``self``."""
