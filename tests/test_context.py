@@ -88,13 +88,110 @@ def test_memory_update_dedups_and_replaces_facts_and_round_trips_yaml():
     ("items: [a: 1, b: 2", "memory YAML is malformed"),
     ("- just a list", "must be a mapping with a list under 'items'"),
     ("items:\n  - {id: a, kind: passage}", "item 0: needs id, kind and text"),
-    ("items:\n  - {id: a, kind: rumour, text: t}", "kind must be one of"),
+    ("items:\n  - {id: a, kind: rumour, text: t, tokens: 1}", "kind must be one of"),
     ("items:\n  - {id: a, kind: fact, text: t, tokens: -3}", "tokens must be an integer >= 0"),
-    ("items:\n  - {id: a, kind: fact, text: t}\n  - {id: a, kind: fact, text: u}", "already has an item with id 'a'"),
+    ("items:\n  - {id: a, kind: fact, text: t, tokens: 1}\n  - {id: a, kind: fact, text: u, tokens: 1}",
+     "already has an item with id 'a'"),
+    # wrongly typed fields are a DataError naming the item and the field, not a later traceback
+    ("items:\n  - {id: a, kind: fact, text: 42, tokens: 1}", r"item 0: memory item 'a': text must be a string"),
+    ("items:\n  - {id: 7, kind: fact, text: t, tokens: 1}", "item 0: memory item id must be a non-empty string"),
+    ("items:\n  - {id: a, kind: fact, text: t, tokens: 1, source: [x]}", "'a': source must be a string"),
+    ("items:\n  - {id: a, kind: fact, text: t, tokens: 1, key: 3}", "'a': key must be a string or absent"),
+    ("items:\n  - {id: a, kind: fact, text: t, tokens: 1, embedding: [x, y]}",
+     "'a': embedding must be a non-empty list of finite numbers"),
+    ("items:\n  - {id: a, kind: fact, text: t, tokens: 1, embedding: 3}", "'a': embedding must be a non-empty list"),
+    ("items:\n  - {id: a, kind: fact, text: t, tokens: 1, embedding: [1, .nan]}", "'a': embedding must be"),
+    ("items: []\nlog: oops", "'log' must be a list of strings"),
+    ("items: []\ntoken_source: guess", "'token_source' must be 'tokenizer' or 'estimate'"),
+    # an item without its token count would be free against every budget
+    ("items:\n  - {id: a, kind: fact, text: a long fact of many words}", r"item 0 \('a'\): needs tokens"),
 ])
 def test_malformed_memory_yaml_is_a_clear_error(text, match):
     with pytest.raises(DataError, match=match):
         Memory.from_yaml(text)
+
+
+def test_memory_item_checks_its_field_types():
+    with pytest.raises(DataError, match="memory item 'a': text must be a string, got int 42"):
+        MemoryItem(id="a", kind="fact", text=42)
+    with pytest.raises(DataError, match="memory item 'a': embedding must be a non-empty list of finite numbers"):
+        MemoryItem(id="a", kind="fact", text="t", embedding=["x", "y"])
+    ok = MemoryItem(id="a", kind="fact", text="t", embedding=[np.float32(0.5), 1])  # numpy scalars are numbers
+    assert ok.embedding == [0.5, 1]
+
+
+def test_a_keyed_item_dropped_as_a_duplicate_does_not_remove_its_older_value():
+    """The new keyed item is checked for near-duplicates first (leaving out the item it would
+    replace); the older value goes, and "replaced" is logged, only when the new one is added."""
+    mem = Memory()
+    mem.update([_item(0, "fact", "Q: Who wrote Hamlet?\nA: Shakespeare", key="Who wrote Hamlet?", emb=[1.0, 0.0]),
+                _item(1, "message", "Marlowe", key="answer", emb=[0.0, 1.0])])
+    added = mem.update([_item(2, "message", "Shakespeare", rnd=2, key="answer", emb=[0.99, 0.05])])
+    assert added == [] and [it.id for it in mem.items] == ["m0", "m1"]
+    assert mem.log == ["round 2: dropped m2 as a near-duplicate of m0"]
+    # without embeddings: the same text as another item is a duplicate; the same holds
+    mem = Memory()
+    mem.update([_item(0, "passage", "Paris"), _item(1, "message", "Lyon", key="answer")])
+    assert mem.update([_item(2, "message", "Paris", rnd=2, key="answer")]) == []
+    assert [it.text for it in mem.items] == ["Paris", "Lyon"] and not any("replaced" in x for x in mem.log)
+    # a new value close to (only) the older value of its own key replaces it
+    assert [it.id for it in mem.update([_item(3, "message", "Lyon ", rnd=3, key="answer")])] == ["m3"]
+    assert [it.id for it in mem.items] == ["m0", "m3"] and "replaced 'Lyon' (m1) by 'Lyon ' (m3)" in mem.log[-1]
+
+
+def test_knapsack_memory_is_bounded_by_the_items_not_the_budget():
+    import tracemalloc
+
+    tokens, scores = [100] * 10, [0.1 * (i + 1) for i in range(10)]
+    tracemalloc.start()
+    try:
+        huge = knapsack(tokens, scores, 10_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert huge == knapsack(tokens, scores, sum(tokens)) == list(range(10))
+    assert peak < 2**20, peak  # the old table was (10, budget + 1) booleans: about 100 MB here
+    rng = np.random.default_rng(3)
+    for _ in range(50):  # a budget above the total never changes the choice, ties included
+        t = rng.integers(0, 9, size=rng.integers(0, 7)).tolist()
+        v = rng.choice([0.0, 0.5, 1.0], size=len(t)).tolist()
+        assert knapsack(t, v, sum(t) + int(rng.integers(0, 50))) == knapsack(t, v, sum(t))
+
+
+def test_recall_per_100_tokens_counts_the_tokens_of_the_queries_recall_is_measured_on():
+    import pandas as pd
+
+    from ltrr.context.evaluate import _table
+
+    nan = float("nan")
+    per_query = pd.DataFrame([  # q2 has no qrels: its recall is NaN, its tokens must not enter the ratio
+        {"qid": "q1", "context": "plain", "tokens": 100, "recall": 1.0},
+        {"qid": "q2", "context": "plain", "tokens": 300, "recall": nan},
+        {"qid": "q1", "context": "packed@128/knapsack", "tokens": 100, "recall": 1.0, "empty": False},
+        {"qid": "q2", "context": "packed@128/knapsack", "tokens": 20, "recall": nan, "empty": False},
+        {"qid": "q1", "context": "packed@0/knapsack", "tokens": 0, "recall": 0.0, "empty": True},
+        {"qid": "q2", "context": "packed@0/knapsack", "tokens": 0, "recall": nan, "empty": True},
+    ])
+    t = _table(per_query).set_index("context")
+    assert t["recall_per_100_tokens"].iloc[:2].tolist() == [1.0, 1.0]
+    assert t.loc["plain", "mean_tokens"] == 200.0  # the table's tokens still cover every query
+    assert np.isnan(t.loc["packed@0/knapsack", "recall_per_100_tokens"])
+
+
+@pytest.mark.parametrize("flags, match", [
+    (["--token-budgets", "128,256,128"], "--token-budgets names 128 twice"),
+    (["--selectors", "greedy,knapsack,greedy"], "--selectors names greedy twice"),
+    (["--selector", "greedy,greedy"], "--selector names greedy twice"),
+])
+def test_context_pack_refuses_a_budget_or_selector_given_twice(flags, match, capsys, tmp_path):
+    """A repeated value would count each query twice in the tables and the paired tests."""
+    import re
+
+    from ltrr.cli import main
+
+    assert main(["context", "pack", str(tmp_path / "never-read.toml"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and len(err.strip().splitlines()) == 1, err
 
 
 def test_make_items_counts_tokens_and_embeds():

@@ -20,7 +20,7 @@ from ltrr._errors import ConfigError, DataError
 from ltrr.config import validate
 from ltrr.context import ContextLoop, Memory, RoutedSearch
 from ltrr.context.agents import STRATEGIES, parse_subquestions
-from ltrr.context.agents_eval import compare_strategies, score_answers, summarise
+from ltrr.context.agents_eval import compare_strategies, score_answers, summarise, timings_doc
 from ltrr.generation.base import Generation, Generator
 from ltrr.packing import DEFAULT_ROLES, LoopSpec
 from ltrr.packing.strategies import strategies
@@ -216,6 +216,24 @@ def test_parse_subquestions_is_robust():
     assert parse_subquestions("a b?\nc d?\ne f?", "q", 2) == ["a b?", "c d?"]
 
 
+@pytest.mark.parametrize("text, want", [
+    # initials, "Q-" words and decimals are text, not bullets
+    ("U.S. presidents born in Ohio?", "U.S. presidents born in Ohio?"),
+    ("J. K. Rowling wrote which book first?", "J. K. Rowling wrote which book first?"),
+    ("Q-learning was introduced by whom?", "Q-learning was introduced by whom?"),
+    ("3.5 million people live where?", "3.5 million people live where?"),
+    ("B.B. King was born where?", "B.B. King was born where?"),
+    # bullets are still stripped
+    ("a) Who wrote it?", "Who wrote it?"), ("(b) Who wrote it?", "Who wrote it?"),
+    ("c. Who wrote it?", "Who wrote it?"), ("Q1: Who wrote it?", "Who wrote it?"),
+    ("Q 2) Who wrote it?", "Who wrote it?"), ("Q: Who wrote it?", "Who wrote it?"),
+    ("Sub-question 3: Who wrote it?", "Who wrote it?"), ("1.Who wrote it?", "Who wrote it?"),
+    ("(4) Who wrote it?", "Who wrote it?"), ("\u2022 Who wrote it?", "Who wrote it?"),
+])
+def test_parse_subquestions_strips_bullets_not_initials(text, want):
+    assert parse_subquestions(text, "fallback?", 3) == [want]
+
+
 class TimedLLM(FakeLLM):
     """FakeLLM whose every call reports a quarter of a second of generation."""
 
@@ -227,8 +245,8 @@ class TimedLLM(FakeLLM):
 
 
 def test_generation_seconds_count_cache_hits_at_their_recorded_latency(tmp_path):
-    """runtime_s is wall time with the cache; generation_s charges a replayed call what it cost
-    when it was made, so a strategy that follows another on the same question is not favoured."""
+    """generation_s charges a replayed call what it cost when it was made, so a strategy that
+    follows another on the same question is not favoured (wall time is kept out of the table)."""
     from ltrr.generation.cache import CachedGenerator, GenerationCache
 
     gen = CachedGenerator(TimedLLM(), GenerationCache(tmp_path / "g.sqlite"))
@@ -256,8 +274,22 @@ def test_compare_strategies_twice_gives_identical_outputs_and_scores():
     q = _questions()
     runs = [compare_strategies(q, generator=FakeLLM(), search=RoutedSearch(FakeRouter()),
                                spec=LoopSpec(rounds=2, base_budget=64), embedder=BowEmbedder()) for _ in range(2)]
-    a, b = (r.drop(columns="runtime_s") for r in runs)
-    pd.testing.assert_frame_equal(a, b)
+    a, b = runs
+    pd.testing.assert_frame_equal(a, b)  # the whole table: wall time is not in it
+    assert "runtime_s" not in a.columns
+    summaries = [summarise(score_answers(r, dict(zip(q["qid"], q["answers"], strict=True)), metric="em"))
+                 for r in runs]
+    pd.testing.assert_frame_equal(*summaries)
+    assert summaries[0].to_csv(index=False) == summaries[1].to_csv(index=False)  # agents.csv, byte for byte
+    # wall time comes apart, one row per table row, for agents_timings.json
+    again, timings = compare_strategies(q, generator=FakeLLM(), search=RoutedSearch(FakeRouter()),
+                                        spec=LoopSpec(rounds=2, base_budget=64), embedder=BowEmbedder(),
+                                        return_timings=True)
+    pd.testing.assert_frame_equal(again, a)
+    assert timings[["qid", "strategy"]].equals(a[["qid", "strategy"]]) and (timings["runtime_s"] >= 0).all()
+    doc = timings_doc(timings, total_s=1.5)
+    assert [r["strategy"] for r in doc["per_strategy"]] == ["closed-book", *STRATEGIES] and doc["total_s"] == 1.5
+    assert all(r["questions"] == 3 for r in doc["per_strategy"]) and len(doc["per_query"]) == len(a)
     assert a["strategy"].tolist() == (["closed-book", *STRATEGIES]) * 3
     assert a.loc[a["strategy"] == "closed-book", "answer"].eq("answer0").all()
     scored = score_answers(runs[0], dict(zip(q["qid"], q["answers"], strict=True)), metric="em")
@@ -278,7 +310,7 @@ def _synthetic(full, rcr, closed):
     rows = []
     for s, vals in (("closed-book", closed), ("full-context", full), ("rcr-iterative", rcr)):
         for i, v in enumerate(vals):
-            rows.append({"qid": f"q{i}", "strategy": s, "utility": v, "rounds": 2, "runtime_s": 0.1,
+            rows.append({"qid": f"q{i}", "strategy": s, "utility": v, "rounds": 2,
                          "prompt_tokens": 100 if s == "full-context" else 40,
                          **{f"prompt_tokens_{a}": 10 for a in ("planner", "searcher", "answerer")},
                          "empty_contexts": 0, "error": None})
@@ -381,7 +413,11 @@ def test_context_run_cli_end_to_end(project, capsys):
     table = pd.read_csv(root / "ag" / "context" / "agents.csv")
     assert per_query["qid"].nunique() == 6 and sorted(per_query["qid"].unique()) == sorted(split.test)[:6]
     assert sorted(per_query["strategy"].unique()) == sorted(["closed-book", *STRATEGIES])
-    for col in ("strategy", "questions", "rounds", "runtime_s", "prompt_tokens", "prompt_tokens_planner",
+    assert "runtime_s" not in table.columns and "runtime_s" not in per_query.columns
+    timings = json.loads((root / "ag" / "context" / "agents_timings.json").read_text())
+    assert {r["strategy"] for r in timings["per_strategy"]} == {"closed-book", *STRATEGIES}
+    assert len(timings["per_query"]) == len(per_query) and timings["total_s"] > 0
+    for col in ("strategy", "questions", "rounds", "prompt_tokens", "prompt_tokens_planner",
                 "prompt_tokens_searcher", "prompt_tokens_answerer", "contains", "f1", "em", "utility",
                 "token_saving", "delta_utility", "p_vs_closed_book", "p_noninferior", "comparison"):
         assert col in table.columns, col

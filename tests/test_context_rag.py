@@ -91,3 +91,39 @@ def test_context_budget_config():
         validate({**base, "generation": {"context_budget": -5}})
     with pytest.raises(ConfigError, match=r"unknown config key \[context\].colour"):
         validate({**base, "context": {"colour": 1}})
+
+
+def test_a_packed_arm_packs_every_arm_it_lists():
+    """``top_m`` defaults to the number of listed arms (it was 2: a third arm was never packed);
+    a ``top_m`` below it is refused rather than silently dropping arms."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from ltrr.packing import pack_query
+
+    spec = PackSpec.from_mapping({"arms": ["a", "b", "c"], "budget": 1000, "weights": {"similarity": 0}})
+    assert spec.top_m == 3
+    pool = SimpleNamespace(arm=lambda name: SimpleNamespace(is_no_retrieval=False))
+    results = pd.DataFrame({"arm": ["a", "b", "c"], "rank": [1, 1, 1], "docid": ["da", "db", "dc"],
+                            "text": ["alpha text", "beta text", "gamma text"]})
+    packed = pack_query(pool, "which?", list(spec.arms), spec, _words, results=results)
+    assert sorted(packed.passages["docid"]) == ["da", "db", "dc"]
+    assert PackSpec.from_mapping({"arms": ["a", "b"], "budget": 9, "top_m": 5}).top_m == 5
+    with pytest.raises(ConfigError, match=r"arm 'p'.pack.top_m = 2 is less than the 3 arms listed in "
+                                          r"arm 'p'.pack.arms \['a', 'b', 'c'\]"):
+        PackSpec.from_mapping({"arms": ["a", "b", "c"], "budget": 9, "top_m": 2}, "arm 'p'.pack")
+    assert PackSpec.from_mapping({"budget": 9}).top_m == 2  # the [context] default, without arms
+
+
+@pytest.mark.parametrize("decay, ok", [(0, True), (0.7, True), (1, True), (1.5, False), (3.0, False)])
+def test_recency_decay_must_lie_in_zero_one(decay, ok):
+    from ltrr.packing import LoopSpec
+
+    if ok:
+        assert LoopSpec.from_mapping({"weights": {"decay": decay}}).weights.decay == decay
+        return
+    with pytest.raises(ConfigError, match=r"\[context\].weights.decay must be a number in \[0, 1\]"):
+        LoopSpec.from_mapping({"weights": {"decay": decay}})
+    with pytest.raises(ConfigError, match=r"arm 'p'.pack.weights.decay must be a number in \[0, 1\]"):
+        PackSpec.from_mapping({"arms": ["a"], "budget": 9, "weights": {"decay": decay}}, "arm 'p'.pack")

@@ -18,17 +18,26 @@ def _budgets(text: str) -> list[int]:
         raise ConfigError(f"--token-budgets must be comma-separated integers, got {text!r}") from None
     if not out or any(b < 0 for b in out):
         raise ConfigError(f"--token-budgets must be integers >= 0, got {text!r}")
+    _no_duplicates("--token-budgets", out, text)
     return out
 
 
-def _selectors(text: str) -> list[str]:
+def _no_duplicates(flag: str, values: list, text: str) -> None:
+    """A value given twice would count each query twice in the tables and the paired tests."""
+    dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if dup is not None:
+        raise ConfigError(f"{flag} names {dup} twice ({text!r}): give each value once")
+
+
+def _selectors(text: str, flag: str = "--selectors") -> list[str]:
     from ltrr.packing.select import selectors
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise ConfigError(f"--selectors must name at least one selector, got {text!r}")
+        raise ConfigError(f"{flag} must name at least one selector, got {text!r}")
     for n in names:
         selectors.get(n)
+    _no_duplicates(flag, names, text)
     return names
 
 
@@ -80,7 +89,7 @@ def _pack(args: argparse.Namespace, log, out) -> int:
         raise ConfigError("--shard only splits the answering: give --answer too")
     budgets = _budgets(args.token_budgets)
     names = _selectors(args.selectors)
-    chosen = _selectors(args.selector)[0] if args.selector is not None else None
+    chosen = _selectors(args.selector, "--selector")[0] if args.selector is not None else None
     run = Run(load_config(args.config), log=log)
     context = dict(run.config.context)
     if chosen is not None:

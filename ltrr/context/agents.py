@@ -79,7 +79,12 @@ __all__ = ["AGENTS", "MAX_ROUNDS", "STRATEGIES", "Agent", "Answerer", "ContextLo
 # ---- prompts ----------------------------------------------------------------------------------
 PLAN_INSTRUCTION = ("Split the question into at most {n} simpler sub-questions whose answers together answer it. "
                     "Write one sub-question per line and nothing else.")
-_BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\(?\d+[.):]|\(?[a-z][.)]|(?:sub-?question|q)\s*\d*\s*[:.)-])\s*", re.I)
+# A line's bullet: dashes and dots; a number ("1.", "(2)", "3:", not the "3" of "3.5"); a letter
+# followed by ")" or by "." and a space, unless another initial follows ("a) ", "b. ", but not the
+# "J." of "J. K. Rowling" or the "U." of "U.S."); "Sub-question 2:"; "Q1:", "Q 2)" or "Q:" (not
+# the "Q-" of "Q-learning").
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\(?\d+[.):](?!\d)|\(?[a-z]\)|[a-z]\.(?=\s)(?!\s+[a-z]\.)"
+                     r"|sub-?question\s*\d*\s*[:.)-]|q\s*\d+\s*[:.)-]|q:)\s*", re.I)
 
 
 def plan_messages(question: str, notes: Sequence[str], max_subquestions: int) -> list[dict[str, str]]:
@@ -223,11 +228,15 @@ class QuestionResult:
         return [t for t in self.turns if t.empty_reason]
 
     def to_row(self) -> dict:
+        """The result as one row of `ltrr.context.agents_eval.compare_strategies`'s table.
+
+        ``runtime_s`` (wall time) is left out: a table must be the same on every run of the same
+        config and seed, so wall time is kept apart (``agents_timings.json``).
+        """
         empty = self.empty_turns
         return {"strategy": self.strategy, "rounds": self.rounds, "answer": self.answer, "error": self.error,
                 **{f"prompt_tokens_{a}": self.prompt_tokens(a) for a in AGENTS},
-                "prompt_tokens": self.prompt_tokens(), "runtime_s": self.runtime_s,
-                "generation_s": self.generation_s(),
+                "prompt_tokens": self.prompt_tokens(), "generation_s": self.generation_s(),
                 "subquestions": "\n".join(self.subquestions), "arms": "|".join(self.arms),
                 "empty_contexts": len(empty),
                 "empty_note": f"{empty[0].agent} r{empty[0].round}: {empty[0].empty_reason}" if empty else "",

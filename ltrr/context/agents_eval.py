@@ -12,13 +12,18 @@ with ``<workdir>/models/<ranker>-design`` instead, fitted by ``ltrr train --part
 protocol's design part alone, so the Searcher has seen no label of a test question.
 
 Per question and strategy (`compare_strategies`): prompt tokens per agent and in total (the
-generator's own counts), runtime (``runtime_s``, wall time with the generation cache, so a
-strategy replaying calls an earlier one made is faster than it would be alone; and
-``generation_s``, the generator's recorded seconds over every call, cache hits counted at the
-latency of the call they replay, which compares strategies fairly), rounds, the empty contexts
-a budget caused, and the final
-answer's ``contains``, ``f1`` and ``em`` against the gold answers, plus ``utility`` (the
-``[labels] metric``) and ``aqs`` only when ``[labels.judge]`` is configured.
+generator's own counts), ``generation_s`` (the generator's recorded seconds over every call,
+cache hits counted at the latency of the call they replay, which compares strategies fairly),
+rounds, the empty contexts a budget caused, and the final answer's ``contains``, ``f1`` and
+``em`` against the gold answers, plus ``utility`` (the ``[labels] metric``) and ``aqs`` only
+when ``[labels.judge]`` is configured.
+
+The tables hold no wall time: the same config and seed give identical tables. Wall time
+(``runtime_s``, with the generation cache, so a strategy replaying calls an earlier one made is
+faster than it would be alone) goes to ``agents_timings.json`` beside them (per strategy, per
+question, and the whole run). ``generation_s`` stays in the tables because it is read from the
+generation records: a warm cache replays the same seconds on every run; only the run that
+makes a call records its seconds, as it records the call's text.
 
 Per strategy (`summarise`): the means, the relative token saving against ``full-context``
 (``1 - tokens / full-context tokens`` on the same questions), and two paired tests on
@@ -31,13 +36,15 @@ Per strategy (`summarise`): the means, the relative token saving against ``full-
   paired t-test of ``rcr - full + 0.02 > 0`` (``scipy.stats.ttest_rel``, ``alternative =
   "greater"``); ``non-inferior`` when p < 0.05, else ``not non-inferior``.
 
-Outputs (atomic): ``<workdir>/context/agents_per_query.parquet`` and ``agents.csv``; on the
+Outputs (atomic): ``<workdir>/context/agents_per_query.parquet``, ``agents.csv`` and
+``agents_timings.json``; on the
 design part (``part="design"``, where budgets and rounds are chosen) under
 ``<workdir>/context/design-B<base budget>-T<rounds>/``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -51,7 +58,7 @@ from ltrr.context.agents import ContextLoop
 from ltrr.packing.strategies import AGENTS, MAX_ROUNDS, LoopSpec, strategies
 
 __all__ = ["CLOSED_BOOK", "MARGIN", "agent_questions", "agents_text", "compare_strategies", "run_context_agents", "score_answers",
-           "summarise"]
+           "summarise", "timings_doc"]
 
 CLOSED_BOOK = "closed-book"
 MARGIN = 0.02  # the non-inferiority margin of rcr-iterative against full-context, in utility
@@ -62,12 +69,16 @@ LEXICAL = ("contains", "f1", "em")
 def compare_strategies(questions: pd.DataFrame, *, generator, search, spec: LoopSpec | None = None,
                        strategy_names: Sequence[str] | None = None, template="short_answer", params=None,
                        embedder=None, max_prompt_tokens: int | None = None, closed_book: bool = True,
-                       progress: bool = False) -> pd.DataFrame:
+                       progress: bool = False, return_timings: bool = False):
     """Answer every question with every strategy (and closed-book): one row per pair.
 
     ``questions`` has ``qid`` and ``question`` (and optionally ``qtype``); the other arguments
     are those of `ContextLoop`. Strategies not in ``spec.strategies`` may be named in
     ``strategy_names`` (the command line's ``--strategies``).
+
+    Returns the table, the same for the same inputs and generation cache; with
+    ``return_timings=True``, ``(table, timings)``, where ``timings`` holds each row's wall time
+    (``qid``, ``strategy``, ``runtime_s``), kept out of the table because it differs between runs.
     """
     from ltrr._log import bar
     from ltrr.generation import answer_with_fallback, load_template
@@ -83,7 +94,7 @@ def compare_strategies(questions: pd.DataFrame, *, generator, search, spec: Loop
     params = params or template.default_params()
     loops = {n: ContextLoop(generator, search=search, strategy=n, spec=spec, template=template, params=params,
                             embedder=embedder, max_prompt_tokens=max_prompt_tokens) for n in names}
-    rows = []
+    rows, times = [], []
     for q in bar(list(questions.itertuples(index=False)), desc="context run", unit="question", disable=not progress):
         base = {"qid": str(q.qid), "question": str(q.question)}
         if "qtype" in questions.columns:
@@ -94,12 +105,33 @@ def compare_strategies(questions: pd.DataFrame, *, generator, search, spec: Loop
                                        max_prompt_tokens=max_prompt_tokens)
             rows.append({**base, "strategy": CLOSED_BOOK, "rounds": 0, "answer": res.answer, "error": res.error,
                          **{f"prompt_tokens_{a}": np.nan for a in AGENTS}, "prompt_tokens": res.prompt_tokens,
-                         "runtime_s": time.perf_counter() - t0,
-                         "generation_s": float(sum(g.latency_s for g in res.generations)), "subquestions": "", "arms": "", "empty_contexts": 0,
-                         "empty_note": "", "memory_items": 0, "memory_log": "", "turns": "[]"})
+                         "generation_s": float(sum(g.latency_s for g in res.generations)), "subquestions": "",
+                         "arms": "", "empty_contexts": 0, "empty_note": "", "memory_items": 0, "memory_log": "",
+                         "turns": "[]"})
+            times.append({"qid": base["qid"], "strategy": CLOSED_BOOK, "runtime_s": time.perf_counter() - t0})
         for loop in loops.values():
-            rows.append({**base, **loop.answer(str(q.question)).to_row()})
-    return pd.DataFrame(rows)
+            res = loop.answer(str(q.question))
+            rows.append({**base, **res.to_row()})
+            times.append({"qid": base["qid"], "strategy": res.strategy, "runtime_s": float(res.runtime_s)})
+    table = pd.DataFrame(rows)
+    if return_timings:
+        return table, pd.DataFrame(times, columns=["qid", "strategy", "runtime_s"])
+    return table
+
+
+def timings_doc(timings: pd.DataFrame, total_s: float | None = None) -> dict:
+    """``agents_timings.json``: wall time per strategy (mean ``runtime_s`` over its questions) and
+    per (question, strategy) row, apart from the tables because it differs between runs."""
+    per_strategy = [{"strategy": str(s), "questions": int(len(g)), "runtime_s": float(g["runtime_s"].mean())}
+                    for s, g in timings.groupby("strategy", sort=False)]
+    doc = {"note": "wall-clock seconds with the generation cache (a replayed call is fast); not part of the "
+                   "tables, which are the same on every run of the same config and seed",
+           "per_strategy": per_strategy,
+           "per_query": [{"qid": str(r.qid), "strategy": str(r.strategy), "runtime_s": float(r.runtime_s)}
+                         for r in timings.itertuples(index=False)]}
+    if total_s is not None:
+        doc["total_s"] = float(total_s)
+    return doc
 
 
 def score_answers(per_query: pd.DataFrame, golds: Mapping[str, Sequence[str]], *, metric: str = "f1",
@@ -155,7 +187,7 @@ def summarise(per_query: pd.DataFrame, *, margin: float = MARGIN, alpha: float =
     """One row per strategy: means, token saving against full-context, the paired comparisons."""
     from ltrr.eval.stats import paired_wilcoxon
 
-    cols = ["rounds", "runtime_s", "prompt_tokens", *[f"prompt_tokens_{a}" for a in AGENTS],
+    cols = ["rounds", "prompt_tokens", *[f"prompt_tokens_{a}" for a in AGENTS],
             *[c for c in ("generation_s", *LEXICAL, "aqs", "utility") if c in per_query.columns]]
     wide = {s: g.set_index("qid") for s, g in per_query.groupby("strategy", sort=False)}
     full = wide.get("full-context")
@@ -238,8 +270,9 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
                        router_part: str | None = None) -> dict:
     """Compare the strategies on a run (see the module docstring).
 
-    Returns ``{"per_query", "table", "source", "metric", "router"}`` and writes
-    ``agents_per_query.parquet`` and ``agents.csv`` under ``<workdir>/context/``.
+    Returns ``{"per_query", "table", "timings", "source", "metric", "router", "out"}`` and writes
+    ``agents_per_query.parquet``, ``agents.csv`` and ``agents_timings.json`` (wall time, apart
+    from the tables) under ``<workdir>/context/``.
     """
     from dataclasses import replace
 
@@ -295,18 +328,21 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
     run.log(f"[context] start: {len(questions)} questions from {source}, strategies {', '.join(spec.strategies)} "
             f"and closed-book, {spec.rounds} round(s), base budget {spec.base_budget}, router {model.name}, "
             f"{generator.identity}")
-    per_query = compare_strategies(questions, generator=generator, search=search, spec=spec,
-                                   template=template, params=params, embedder=embedder,
-                                   max_prompt_tokens=gcfg.max_prompt_tokens or None, progress=progress_enabled())
+    per_query, timings = compare_strategies(questions, generator=generator, search=search, spec=spec,
+                                            template=template, params=params, embedder=embedder,
+                                            max_prompt_tokens=gcfg.max_prompt_tokens or None,
+                                            progress=progress_enabled(), return_timings=True)
     golds = {str(k): list(v) for k, v in zip(questions["qid"], questions["answers"], strict=True)}
     per_query = score_answers(per_query, golds, metric=lcfg.metric, judge=judge)
     table = summarise(per_query)
     out = Path(out_dir) if out_dir else run.workdir / "context"
     if part == "design" and not out_dir:  # one folder per setting tried on design questions
         out = out / f"design-B{spec.base_budget}-T{spec.rounds}"
+    total_s = time.perf_counter() - t0
     write_table_atomic(per_query, out / "agents_per_query.parquet")
     write_text_atomic(out / "agents.csv", table.to_csv(index=False))
-    run.log(f"[context] {len(per_query)} (question, strategy) rows in {time.perf_counter() - t0:.1f}s, "
+    write_text_atomic(out / "agents_timings.json", json.dumps(timings_doc(timings, total_s), indent=1) + "\n")
+    run.log(f"[context] {len(per_query)} (question, strategy) rows in {total_s:.1f}s, "
             f"{generator.generator_calls} generator calls, {generator.hits} cache hits -> {out / 'agents.csv'}")
-    return {"per_query": per_query, "table": table, "source": source, "metric": str(lcfg.metric),
+    return {"per_query": per_query, "table": table, "timings": timings, "source": source, "metric": str(lcfg.metric),
             "router": model.name, "out": out}

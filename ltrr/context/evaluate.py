@@ -10,7 +10,8 @@ For each query it compares
 
 A query the router sends to the no-retrieval arm reads no context either way. Without the
 generator it reports the gold-evidence recall (qrels) of each context, its tokens, and recall per
-100 tokens (the ratio of the means). The optimality gaps are each selector's relative loss
+100 tokens: the ratio of the means over the same queries, those with gold evidence (recall is
+undefined without qrels, so their tokens count in ``mean_tokens`` but not in the ratio). The optimality gaps are each selector's relative loss
 against the exact optimum of an objective on the same items: total importance (exact:
 ``knapsack``) and, when ``knapsack-marginal`` is compared, total importance above the least
 important candidate (exact: ``knapsack-marginal``). With ``answer=True`` the packed contexts are
@@ -224,7 +225,10 @@ def _table(per_query: pd.DataFrame) -> pd.DataFrame:
         g = g.set_index("qid")
         row = {"context": name, "queries": len(g), "mean_tokens": float(g["tokens"].mean()),
                "recall": float(g["recall"].mean())}
-        row["recall_per_100_tokens"] = 100 * row["recall"] / row["mean_tokens"] if row["mean_tokens"] else np.nan
+        # recall is NaN (and skipped by the mean) without qrels: its tokens must come from the same queries
+        scored = g["recall"].notna().to_numpy()
+        tokens = float(g["tokens"][scored].mean()) if scored.any() else np.nan
+        row["recall_per_100_tokens"] = 100 * row["recall"] / tokens if tokens else np.nan
         if "empty" in g:
             row["empty"] = int(g["empty"].sum())
         if "utility" in g and g["utility"].notna().any():

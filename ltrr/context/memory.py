@@ -45,30 +45,38 @@ class Memory:
 
     def update(self, new: Iterable[MemoryItem], *, dedup_threshold: float = 0.95) -> list[MemoryItem]:
         """Add a round's items: drop near-duplicates, let newer facts replace older ones of the
-        same key. Returns the items actually added."""
+        same key. Returns the items actually added.
+
+        The near-duplicate check comes first and leaves out the items the new one would replace
+        (same ``kind`` and ``key``): an older keyed item is removed, and its replacement logged,
+        only when the new item is actually added, so a dropped item never takes its key's older
+        value with it.
+        """
         added = []
         for item in new:
-            if item.key is not None:
-                old = [it for it in self.items if it.kind == item.kind and it.key == item.key]
-                for it in old:
-                    if it.text != item.text:
-                        self.log.append(f"round {item.round}: {item.kind} {item.key!r} replaced "
-                                        f"{it.text!r} ({it.id}) by {item.text!r} ({item.id})")
-                    self.items.remove(it)
-            dup = self._near_duplicate(item, dedup_threshold)
+            old = [] if item.key is None else [it for it in self.items if it.kind == item.kind and it.key == item.key]
+            others = [it for it in self.items if not any(it is o for o in old)]
+            dup = self._near_duplicate(item, dedup_threshold, others)
             if dup is not None:
                 self.log.append(f"round {item.round}: dropped {item.id} as a near-duplicate of {dup.id}")
                 continue
+            for it in old:
+                if it.text != item.text:
+                    self.log.append(f"round {item.round}: {item.kind} {item.key!r} replaced "
+                                    f"{it.text!r} ({it.id}) by {item.text!r} ({item.id})")
+                self.items.remove(it)
             self.add(item)
             added.append(item)
         return added
 
-    def _near_duplicate(self, item: MemoryItem, threshold: float) -> MemoryItem | None:
+    def _near_duplicate(self, item: MemoryItem, threshold: float,
+                        among: Sequence[MemoryItem] | None = None) -> MemoryItem | None:
+        among = self.items if among is None else among
         if item.embedding is None:
-            return next((it for it in self.items if it.text.strip() == item.text.strip()), None)
+            return next((it for it in among if it.text.strip() == item.text.strip()), None)
         v = np.asarray(item.embedding, dtype=np.float64)
         nv = np.linalg.norm(v)
-        for it in self.items:
+        for it in among:
             if it.embedding is None or len(it.embedding) != len(v):
                 continue
             u = np.asarray(it.embedding, dtype=np.float64)
@@ -86,7 +94,12 @@ class Memory:
 
     @classmethod
     def from_yaml(cls, text: str) -> Memory:
-        """Parse `to_yaml`'s output; malformed YAML or a bad item is a `DataError` naming it."""
+        """Parse `to_yaml`'s output; malformed YAML or a bad item is a `DataError` naming it.
+
+        Every item needs ``id``, ``kind``, ``text`` and ``tokens`` (an item without its token
+        count would cost nothing against a budget); each field must have its type, checked by
+        `MemoryItem`.
+        """
         import yaml
 
         try:
@@ -103,8 +116,20 @@ class Memory:
             if unknown or "id" not in d or "kind" not in d or "text" not in d:
                 raise DataError(f"memory YAML item {i}: needs id, kind and text"
                                 + (f"; unknown keys {unknown}" if unknown else ""))
-            items.append(MemoryItem(**d))
-        mem = cls(log=[str(x) for x in doc.get("log") or []], token_source=str(doc.get("token_source", "tokenizer")))
+            if "tokens" not in d:  # the dataclass default, 0, would make a hand-written item free
+                raise DataError(f"memory YAML item {i} ({d['id']!r}): needs tokens, its length under the "
+                                "generator's tokenizer (`to_yaml` always writes it)")
+            try:
+                items.append(MemoryItem(**d))
+            except DataError as exc:
+                raise DataError(f"memory YAML item {i}: {exc}") from None
+        log = doc.get("log") or []
+        if not isinstance(log, list) or not all(isinstance(x, str) for x in log):
+            raise DataError(f"memory YAML 'log' must be a list of strings, got {log!r}")
+        token_source = doc.get("token_source", "tokenizer")
+        if token_source not in ("tokenizer", "estimate"):
+            raise DataError(f"memory YAML 'token_source' must be 'tokenizer' or 'estimate', got {token_source!r}")
+        mem = cls(log=list(log), token_source=token_source)
         for it in items:
             mem.add(it)
         return mem

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from ltrr._errors import DataError
 
 __all__ = ["MemoryItem", "KINDS"]
@@ -35,6 +37,23 @@ class MemoryItem:
     key: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise DataError(f"memory item id must be a non-empty string, got {self.id!r}")
+        for name in ("text", "source"):
+            v = getattr(self, name)
+            if not isinstance(v, str):
+                raise DataError(f"memory item {self.id!r}: {name} must be a string, got {type(v).__name__} {v!r}")
+        if self.key is not None and not isinstance(self.key, str):
+            raise DataError(f"memory item {self.id!r}: key must be a string or absent, got "
+                            f"{type(self.key).__name__} {self.key!r}")
+        if self.embedding is not None:
+            e = self.embedding
+            # one numpy conversion, not a Python loop per number: packing builds many items
+            a = np.asarray(e) if isinstance(e, (list, tuple)) else None
+            if a is None or a.ndim != 1 or not len(a) or a.dtype.kind not in "iuf" or not np.isfinite(a).all():
+                shown = repr(e) if len(repr(e)) <= 80 else repr(e)[:77] + "..."
+                raise DataError(f"memory item {self.id!r}: embedding must be a non-empty list of finite numbers, "
+                                f"got {shown}")
         if self.kind not in KINDS:
             raise DataError(f"memory item {self.id!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 0:

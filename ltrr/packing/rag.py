@@ -25,6 +25,9 @@ passages are such a packing over a fixed order of other arms::
     retriever = "packed"
     pack = {arms = ["bm25+reg", "dense+reg"], budget = 256, depth = 5}
 
+Every listed arm is packed (``top_m`` defaults to the number of ``arms``; a smaller ``top_m``
+is a `ConfigError`).
+
 It counts tokens with the run's generator (the pipeline sets it), else with the packaged
 default generator's tokenizer. On the ``openai`` backend a count is an estimate, so the budget is
 approximate there.
@@ -97,12 +100,23 @@ class PackSpec:
             for k, v in w.items():
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                     raise ConfigError(f"{where}.weights.{k} must be a number >= 0, got {v!r}")
+                if k == "decay" and v > 1:  # recency is decay ** age: above 1, older items would score higher
+                    raise ConfigError(f"{where}.weights.decay must be a number in [0, 1] (recency is decay ** "
+                                      f"rounds since the item), got {v!r}")
             kw["weights"] = ImportanceWeights(**{k: float(v) for k, v in w.items()})
         if "arms" in spec:
             arms = spec["arms"]
             if not isinstance(arms, (list, tuple)) or not arms or not all(isinstance(a, str) for a in arms):
                 raise ConfigError(f"{where}.arms must be a non-empty list of arm names, got {arms!r}")
             kw["arms"] = tuple(arms)
+            # a packed arm packs every arm it lists: top_m defaults to their number, and a smaller
+            # top_m would silently leave the last ones out
+            if "top_m" not in kw:
+                kw["top_m"] = len(kw["arms"])
+            elif kw["top_m"] < len(kw["arms"]):
+                raise ConfigError(f"{where}.top_m = {kw['top_m']} is less than the {len(kw['arms'])} arms listed in "
+                                  f"{where}.arms {list(kw['arms'])}: the arms after the first {kw['top_m']} would "
+                                  "never be packed; drop top_m or list only the arms to pack")
         return cls(**kw)
 
     def to_dict(self) -> dict:

@@ -165,7 +165,7 @@ def greedy_skip(tokens: Sequence[int], scores: Sequence[float], budget: int) -> 
 
 @selectors.register("knapsack")
 def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> list[int]:
-    """Exact 0/1 knapsack by dynamic programming over token counts: O(n * budget) time.
+    """Exact 0/1 knapsack by dynamic programming over token counts: O(n * min(budget, total tokens)).
 
     Maximises the total importance of the chosen items with total tokens <= ``budget``; among
     equal totals it keeps the later items (deterministic: an item is taken only when it beats
@@ -179,7 +179,9 @@ def knapsack(tokens: Sequence[int], scores: Sequence[float], budget: int) -> lis
     n = len(tokens)
     w = [int(t) for t in tokens]
     v = np.asarray(scores, dtype=np.float64)
-    budget = int(budget)
+    # The table is (n, budget + 1): a budget above the items' total would only add columns that
+    # repeat the last one, so clamping it changes no choice and bounds the memory by the items.
+    budget = min(int(budget), sum(w))
     best = np.zeros(budget + 1)
     take = np.zeros((n, budget + 1), dtype=bool)
     for i in range(n - 1, -1, -1):  # backwards; strictly better only, so ties resolve towards later items
