@@ -476,3 +476,20 @@ def test_extract_one_models_rows_for_another_machine(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no generation of model identity ['policy-c']" in err and "'labels-b', 'policy-a'" in err
     assert not other.exists() and not list(tmp_path.glob(".other*"))
+
+
+def test_exact_token_counts_is_a_tag_a_wrapper_takes_from_its_model(cache):
+    """Whether `count_tokens` is the model's own count is a tag (the context loop's memory records
+    ``tokenizer`` or ``estimate`` by it), not the backend's name; a cache answers for its model."""
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+    from ltrr.generation.openai_backend import OpenAIGenerator
+    from ltrr.generation.transformers_backend import TransformersGenerator
+
+    assert LlamaCppGenerator.exact_token_counts and TransformersGenerator.exact_token_counts
+    assert not OpenAIGenerator.exact_token_counts and not Scripted.exact_token_counts
+
+    class Tokenized(Scripted):
+        exact_token_counts = True
+
+    assert CachedGenerator(Tokenized(), cache).exact_token_counts
+    assert not CachedGenerator(Scripted(), cache).exact_token_counts

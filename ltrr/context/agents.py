@@ -251,8 +251,8 @@ class _Episode:
     def __init__(self, loop: ContextLoop, question: str, strategy: Strategy, spec: LoopSpec, template, params):
         self.loop, self.question, self.strategy = loop, question, strategy
         self.spec, self.template, self.params = spec, template, params
-        backend = getattr(loop.generator, "generator", loop.generator)
-        self.memory = Memory(token_source="estimate" if getattr(backend, "backend", "") == "openai" else "tokenizer")
+        exact = getattr(loop.generator, "exact_token_counts", False)  # the generator's tag (a wrapper's: its model's)
+        self.memory = Memory(token_source="tokenizer" if exact else "estimate")
         self.turns: list[Turn] = []
         self.round = 0
         self.subquestions: list[str] = []

@@ -68,6 +68,8 @@ class Generator(ABC):
     """
 
     backend: str = "abstract"
+    #: a tag: `count_tokens` is the model's own tokenizer's count (True), not an estimate
+    exact_token_counts: bool = False
 
     @property
     @abstractmethod
@@ -134,6 +136,10 @@ class GeneratorWrapper(WrapsGenerator, Generator):
     @property
     def backend(self) -> str:  # type: ignore[override]
         return self.generator.backend
+
+    @property
+    def exact_token_counts(self) -> bool:  # type: ignore[override]
+        return self.generator.exact_token_counts
 
     def count_tokens(self, text: str) -> int:
         return self.generator.count_tokens(text)

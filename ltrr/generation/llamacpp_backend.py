@@ -190,6 +190,7 @@ class LlamaCppGenerator(Generator):
     """
 
     backend = "llama_cpp"
+    exact_token_counts = True
 
     # Checking the dependency and the file at construction is a deliberate departure from the
     # estimator contract: a missing backend must fail before a long run starts.

@@ -168,6 +168,7 @@ class TransformersGenerator(Generator):
     """
 
     backend = "transformers"
+    exact_token_counts = True
 
     # Validation at construction is a deliberate departure from the estimator contract: a
     # generator is a handle on a resource, and a wrong path must fail before a long run starts.
