@@ -6,15 +6,15 @@ query-aligned partitions checked by ``ltrr.dist.rankers.check_group_partitions``
 nDCG@3 of both on the test part (gains: the labels' ``norm_gain``), their difference, the fit
 times side by side, and the partition check.
 
-    python benchmarks/dask_ranker.py [CONFIG]
+    python benchmarks/dask_ranker.py [CONFIG] [--out FILE]
 
-Writes ``benchmarks/results/dask_ranker.json``.
+Writes ``benchmarks/results/dask_ranker.json`` (or ``--out``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -33,9 +33,12 @@ def main(argv=None) -> int:
     from ltrr.pipeline import Run
     from ltrr.rankers.base import mean_ndcg
 
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config", nargs="?", default="demo", help="a labelled run's config (default: demo)")
+    ap.add_argument("--out", type=Path, default=OUT, help="the JSON file written")
+    args = ap.parse_args(argv)
     _log.configure()
-    name = (argv or sys.argv[1:] or ["demo"])[0]
-    run = Run(load_config(name))
+    run = Run(load_config(args.config))
     labels, raw = run.training_inputs("bench")
     q = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
     part = design_test_partition(q.reset_index(drop=True), design_size=run.config.protocol["design_size"],
@@ -65,8 +68,8 @@ def main(argv=None) -> int:
     res["partitions"] = [{"queries": int(e - b), "rows": int(starts[e] - starts[b])} for b, e in parts]
     res["group_split_check"] = "passed: every partition holds whole queries"
     res["ndcg_diff"] = res["dask_ndcg@3"] - res["local_ndcg@3"]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(res, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))
     return 0
 
