@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     test = raw.subset(part.test)
     y = labels.set_index(["qid", "arm"])["norm_gain"].reindex(
         list(zip(test.table["qid"].astype(str), test.table["arm"].astype(str), strict=True))).to_numpy(float)
-    res = {"config": name, "n_design": part.n_train, "n_test": part.n_test}
+    res = {"config": args.config, "n_design": part.n_train, "n_test": part.n_test}
 
     def fit_and_score(tag):
         router = run.make_router("ltrr", "lambdamart-listwise")
