@@ -157,7 +157,11 @@ def fill_cache_on_dask(run, scheduler: str, *, use_cache: bool | None = None, ch
 def _merge_shards(main, shard_dir: Path) -> None:
     """Merge every worker shard in ``shard_dir`` into the run's cache ``main`` (rows it has are
     kept as they are), so an interrupted or failed run keeps what its workers finished."""
+    from ltrr.generation.cache import is_blank_database
+
     for shard in sorted(shard_dir.glob("worker-*.sqlite")) if shard_dir.is_dir() else []:
+        if is_blank_database(shard):  # a worker killed before it wrote its cache's schema: no row in it
+            continue
         main.merge(shard)
 
 

@@ -27,7 +27,8 @@ from ltrr._atomic import atomic_path
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 
-__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "check_cache_file", "stats", "SCORE_PARAMS"]
+__all__ = ["GenerationCache", "CachedGenerator", "cache_key", "check_cache_file", "is_blank_database", "stats",
+           "SCORE_PARAMS"]
 
 SCHEMA_VERSION = 1
 # The decoding parameters of a scoring (teacher-forcing) call: no token is generated.
@@ -423,6 +424,21 @@ def _read_only(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
             raise ConfigError(f"{src}: generation cache schema version {version and version[0]!r}, "
                               f"this ltrr reads {SCHEMA_VERSION}")
         yield conn
+    finally:
+        conn.close()
+
+
+def is_blank_database(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an SQLite file with no table at all (read-only): what a process killed
+    between creating its cache file and writing the cache's schema leaves. It holds no row."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    except sqlite3.DatabaseError:
+        return False
+    try:
+        return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    except sqlite3.DatabaseError:
+        return False
     finally:
         conn.close()
 
