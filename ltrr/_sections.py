@@ -7,8 +7,9 @@ help text and, where the key has one, its unit; `ltrr.config` assembles the sect
 (`ltrr.cli._flags.add_field_flag`). One name and one unit per concept, declared where the
 concept lives.
 
-A section validates a mapping with `Section.from_mapping` (unknown keys, types, required keys;
-the messages name the key, ``config key [agent].k must be int, got str 'x'``) and gives back
+A section validates a mapping with `Section.from_mapping` (unknown keys, types, required keys,
+and the ranges and fixed choices a field declares; the messages name the key, ``config key
+[agent].k must be int, got str 'x'``, ``config key [agent].k must be an integer >= 1, got -3``) and gives back
 exactly that mapping with `Section.to_dict`, so a config's fingerprint does not depend on the
 classes holding it. It is also a read-only `Mapping` of its keys, so ``cfg.agent["k"]`` and
 ``cfg.agent.get("k")`` read the same value as ``cfg.agent.k``.
@@ -57,7 +58,10 @@ REQUIRED = _Required()
 _TYPES = (str, int, float, bool, list, dict)
 
 
-def setting(type_: type, default: Any = REQUIRED, *, help: str, unit: str | None = None) -> Any:
+def setting(type_: type, default: Any = REQUIRED, *, help: str, unit: str | None = None,
+            low: float | None = None, high: float | None = None, low_open: bool = False,
+            high_open: bool = False, choices: tuple[str, ...] | None = None,
+            items: type | tuple[type, ...] | None = None, min_items: int = 0) -> Any:
     """A field of a section: one config key.
 
     Parameters
@@ -73,28 +77,108 @@ def setting(type_: type, default: Any = REQUIRED, *, help: str, unit: str | None
         One line saying what the key does, for the docs and the CLI's ``--help``.
     unit : str, optional
         The key's unit where it has one ("tokens", "cost units", "share of the top arm cost").
+    low, high : number, optional
+        The smallest and largest value allowed (of a number, or of each item of a list), both
+        included unless ``low_open`` or ``high_open`` says otherwise. ``NaN`` is never in range.
+    low_open, high_open : bool, default False
+        Leave ``low`` (``high``) itself out of the range: ``low=0, low_open=True`` is ``> 0``.
+    choices : tuple of str, optional
+        The fixed words a string (or each item of a list) may be. Names found in a registry of a
+        package above the config are not choices: the run's pre-check
+        (`ltrr.pipeline.labels.check_config_names`) looks them up.
+    items : type or tuple of types, optional
+        The type of each item of a list setting (``int``, ``str``, ``(int, float)``); a bool is
+        never taken for a number.
+    min_items : int, default 0
+        The fewest items a list setting may hold.
 
     Returns
     -------
     dataclasses.Field
-        The field, with ``type``, ``default``, ``help`` and ``unit`` in its metadata.
+        The field, with ``type``, ``default``, ``help``, ``unit`` and the constraints (``low``,
+        ``high``, ``low_open``, ``high_open``, ``choices``, ``items``, ``min_items``) in its
+        metadata.
 
     Examples
     --------
     >>> @section("demo")
     ... class DemoSection(Section):
-    ...     budget: int = setting(int, 512, help="tokens per answer", unit="tokens")
+    ...     budget: int = setting(int, 512, help="tokens per answer", unit="tokens", low=1)
     >>> DemoSection.from_mapping({"budget": 64}).budget
     64
+    >>> DemoSection.from_mapping({"budget": 0})
+    Traceback (most recent call last):
+    ...
+    ltrr._errors.ConfigError: config key [demo].budget must be an integer >= 1, got 0
     """
     if type_ not in _TYPES:
         raise TypeError(f"setting type must be one of {', '.join(t.__name__ for t in _TYPES)}, got {type_!r}")
-    meta = {"type": type_, "default": default, "help": help, "unit": unit}
+    item_types = (items if isinstance(items, tuple) else (items,)) if items is not None else None
+    if type_ is not list and (items is not None or min_items):
+        raise TypeError(f"items and min_items are for a list setting, not a {type_.__name__} one")
+    # the type the bounds and choices apply to: the value's own, or a list's items'
+    of = item_types if type_ is list else (type_,)
+    if (low is not None or high is not None) and (of is None or not all(t in (int, float) for t in of)):
+        raise TypeError("low and high bound a number (or a list of numbers, items=int or float)")
+    if choices is not None and (of != (str,) or not choices or not all(isinstance(c, str) for c in choices)):
+        raise TypeError("choices are a non-empty tuple of the words a str (or a list of str, items=str) may be")
+    meta = {"type": type_, "default": default, "help": help, "unit": unit, "low": low, "high": high,
+            "low_open": low_open, "high_open": high_open,
+            "choices": tuple(choices) if choices is not None else None, "items": item_types,
+            "min_items": min_items}
     if default is REQUIRED:
         return dataclasses.field(metadata=meta)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def _interval(meta: Mapping[str, Any]) -> str:
+    """The range of a setting in words: ``>= 1``, ``< 1``, ``in (0, 1)``, ``in [0, 1]``."""
+    low, high = meta["low"], meta["high"]
+    if low is not None and high is not None:
+        return f"in {'(' if meta['low_open'] else '['}{low!r}, {high!r}{')' if meta['high_open'] else ']'}"
+    if low is not None:
+        return f"{'>' if meta['low_open'] else '>='} {low!r}"
+    return f"{'<' if meta['high_open'] else '<='} {high!r}"
+
+
+def _in_range(val: float, meta: Mapping[str, Any]) -> bool:
+    low, high = meta["low"], meta["high"]
+    # written so that NaN, which compares false with everything, is out of every range
+    above = low is None or (val > low if meta["low_open"] else val >= low)
+    below = high is None or (val < high if meta["high_open"] else val <= high)
+    return bool(above and below)
+
+
+def _is(val: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(val, types) and (bool in types or not isinstance(val, bool))
+
+
+def _check_value(key: str, val: Any, meta: Mapping[str, Any]) -> None:
+    """The range, choices and item checks of one value (its type is checked already); the
+    message names ``key`` (``[agent].k``, ``[policy].trainers[1]``), what is allowed and the
+    value got."""
+    if meta["type"] is list:
+        if len(val) < meta["min_items"]:
+            raise ConfigError(f"config key {key} must hold at least {meta['min_items']} "
+                              f"item{'s' if meta['min_items'] > 1 else ''}, got {val!r}")
+        for i, item in enumerate(val):
+            where = f"{key}[{i}]"
+            if meta["items"] is not None and not _is(item, meta["items"]):
+                raise ConfigError(f"config key {where} must be {' or '.join(t.__name__ for t in meta['items'])}, "
+                                  f"got {type(item).__name__} {item!r}")
+            _check_scalar(where, item, meta)
+        return
+    _check_scalar(key, val, meta)
+
+
+def _check_scalar(key: str, val: Any, meta: Mapping[str, Any]) -> None:
+    if meta["choices"] is not None and val not in meta["choices"]:
+        raise ConfigError(f"config key {key} must be one of {', '.join(meta['choices'])}, got {val!r}")
+    if (meta["low"] is not None or meta["high"] is not None) and not _in_range(val, meta):
+        kind = "an integer" if isinstance(val, int) and (meta["items"] or (meta["type"],)) == (int,) else "a number"
+        raise ConfigError(f"config key {key} must be {kind} {_interval(meta)}, got {val!r}")
 
 
 def section(table: str, *, open: bool = False):
@@ -162,7 +246,8 @@ class Section(Mapping):
         ------
         ConfigError
             For a table that is not a dict, an unknown key (outside an open table), a value of
-            the wrong type or a missing required key; the message names the key.
+            the wrong type, out of its range or not one of its choices (`setting`), or a
+            missing required key; the message names the key.
         """
         name = cls.TABLE if where is None else where
         if not isinstance(mapping, dict):
@@ -183,6 +268,7 @@ class Section(Mapping):
                 if not isinstance(val, type_) or (isinstance(val, bool) and type_ is not bool):
                     raise ConfigError(f"config key [{name}].{f.name} must be {type_.__name__}, "
                                       f"got {type(val).__name__} {val!r}")
+                _check_value(f"[{name}].{f.name}", val, f.metadata)
                 values[f.name] = copy.deepcopy(val)
             elif default is REQUIRED:
                 raise ConfigError(f"config key [{name}].{f.name} is required")

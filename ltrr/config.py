@@ -48,7 +48,10 @@ class RunSection(Section):
     """The ``[run]`` table: the run's name, its seed and its folder."""
 
     name: str = setting(str, help="the run's name (its folder is runs/<name> unless workdir says otherwise)")
-    seed: int = setting(int, 13, help="the seed of every partition, fold and estimator (their random_state)")
+    # scikit-learn's random_state takes 0 to 2**32 - 1 (numpy's RandomState), numpy's
+    # default_rng([seed, n]) refuses a negative seed
+    seed: int = setting(int, 13, help="the seed of every partition, fold and estimator (their random_state)",
+                        low=0, high=2**32 - 1)
     workdir: str = setting(str, None, help="the run's folder (default: runs/<name>)")
 
 
@@ -67,7 +70,7 @@ class LabelsSection(Section):
     replicate_template: str = setting(str, "", help="a second, independent replicate of the labels under an "
                                                     "equivalent template, for the noise-corrected headroom")
     replicate: str = setting(str, "test", help='where the replicate is labelled: the protocol\'s "test" part or '
-                                               '"all" queries')
+                                               '"all" queries', choices=("test", "all"))
 
 
 @section("features")
@@ -87,7 +90,8 @@ class TrainSection(Section):
 
     ranker: str = setting(str, "lambdamart-listwise", help="the ranker `ltrr train` fits by default")
     params: dict = setting(dict, {}, help="ranker name -> hyper-parameters")
-    rankers: list = setting(list, [], help="rankers compared by the eval stage (default: the non-transformer ones)")
+    rankers: list = setting(list, [], help="rankers compared by the eval stage (default: the non-transformer ones)",
+                            items=str)
 
 
 _sections_cache: dict[str, type[Section]] = {}

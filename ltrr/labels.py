@@ -33,7 +33,7 @@ import pandas as pd
 from ltrr._errors import ConfigError, DataError, GenerationError
 from ltrr.data.io import write_table_atomic, write_text_atomic
 
-__all__ = ["normalise_gains", "label_queries", "summarise", "LabelRun", "NOISE_SUFFIX"]
+__all__ = ["normalise_gains", "label_queries", "summarise", "total_failed_items", "LabelRun", "NOISE_SUFFIX"]
 
 NOISE_SUFFIX = "~permuted"
 LABEL_COLUMNS = [
@@ -331,8 +331,24 @@ def summarise(labels: pd.DataFrame, noise: pd.DataFrame | None, *, seed: int = 0
     return out
 
 
+def total_failed_items(summary: dict) -> int:
+    """The failed items of a label summary: the main labels' and, when there are replicate
+    labels (``summary["replicate"]``), theirs, which the protocol reads as well.
+
+    Examples
+    --------
+    >>> total_failed_items({"failed_items": 2, "replicate": {"failed_items": 3}})
+    5
+    """
+    return int(summary.get("failed_items", 0)) + int((summary.get("replicate") or {}).get("failed_items", 0))
+
+
 def summary_markdown(summary: dict) -> str:
-    """The summary as Markdown: per-arm table, then the headline figures."""
+    """The summary as Markdown: per-arm table, then the headline figures.
+
+    With no query labelled (every query has a failed item, as a ``--cache-only`` run with an
+    empty cache) there is no best single arm, headroom or noise floor: one line says so instead.
+    """
     lines = ["| arm | mean utility | 95% CI |", "|---|---|---|"]
     for arm, s in sorted(summary["arms"].items(), key=lambda kv: -kv[1]["mean"]):
         lines.append(f"| {arm} | {s['mean']:.3f} | [{s['ci_low']:.3f}, {s['ci_high']:.3f}] |")
@@ -340,16 +356,35 @@ def summary_markdown(summary: dict) -> str:
         "",
         f"- queries labelled: {summary['labelled_queries']} of {summary['queries']} "
         f"({summary['failed_items']} failed items in {summary['failed_queries']} queries)",
-        f"- best single arm: {summary['best_single_arm']} ({summary['best_single']:.3f}); "
-        f"oracle: {summary['oracle']:.3f}; headroom: {summary['headroom']:.3f}",
-        f"- tie rate (all arms equal): {summary['tie_rate']:.1%}; fallback prompts used: "
-        f"{summary['fallback_rate']:.1%}; items with truncated passages: {summary['truncated_items']}",
     ]
+    labelled = summary["labelled_queries"] > 0
+    if labelled:
+        lines += [
+            f"- best single arm: {summary['best_single_arm']} ({summary['best_single']:.3f}); "
+            f"oracle: {summary['oracle']:.3f}; headroom: {summary['headroom']:.3f}",
+            f"- tie rate (all arms equal): {summary['tie_rate']:.1%}; fallback prompts used: "
+            f"{summary['fallback_rate']:.1%}; items with truncated passages: {summary['truncated_items']}",
+        ]
+    else:
+        lines.append("- no query is labelled (each has a failed item): no best single arm, headroom or noise "
+                     "floor to report")
     rep = summary.get("replicate")
     if rep:
-        lines.append(f"- replicate labels ({rep['template']}, {rep['queries']} queries of the {rep['part']} part): "
-                     f"mean |diff| {rep['mean_abs_diff']:.3f} per (query, arm), answers' utility differs on "
-                     f"{rep['disagreement_rate']:.1%} of them")
+        # the figures rest on the queries with a pair labelled on both sides (a summary written
+        # before "compared_queries" was recorded counted every replicate query)
+        compared = rep.get("compared_queries", rep["queries"])
+        failed = rep.get("failed_items", 0)
+        head = (f"- replicate labels ({rep['template']}, {rep['queries']} queries of the {rep['part']} part"
+                + (f"; {failed} failed items in {rep.get('failed_queries', 0)} queries" if failed else "") + ")")
+        if not compared:
+            lines.append(f"{head}: no (query, arm) pair labelled on both sides to compare")
+        else:
+            lines.append(f"{head}: mean |diff| {rep['mean_abs_diff']:.3f} per (query, arm)"
+                         + (f" on the {compared} queries labelled in both, answers' utility differs on "
+                            f"{rep['disagreement_rate']:.1%} of their pairs" if compared != rep["queries"] else
+                            f", answers' utility differs on {rep['disagreement_rate']:.1%} of them"))
+    if not labelled:
+        return "\n".join(lines)
     if not summary["headroom"] > 0:
         lines.append("- no headroom: the best single arm is best on every query (every arm ties, or one "
                      "arm is never beaten), so there is nothing for a router to gain on these labels")
@@ -382,10 +417,17 @@ def write_labels(run: LabelRun, summary: dict, folder: Path) -> dict[str, Path]:
 
 
 def raise_for_failures(summary: dict, tolerate: bool) -> None:
-    """Failed items are never scored; unless tolerated they make the command fail."""
-    if summary["failed_items"] and not tolerate:
+    """Failed items are never scored; unless tolerated they make the command fail (the
+    replicate labels' failed items too: `total_failed_items`)."""
+    failed = total_failed_items(summary)
+    if failed and not tolerate:
+        rep = summary.get("replicate") or {}
+        where = (f" in {summary['failed_queries']} queries (see the error column of labels.parquet)"
+                 if not rep.get("failed_items") else
+                 f": {summary['failed_items']} in {summary['failed_queries']} queries of labels.parquet and "
+                 f"{rep['failed_items']} in {rep.get('failed_queries', 0)} queries of replicate.parquet (see "
+                 "their error column)")
         raise GenerationError(
-            f"{summary['failed_items']} (query, arm) items failed in {summary['failed_queries']} queries "
-            "(see the error column of labels.parquet); set [labels] tolerate_failures = true or "
+            f"{failed} (query, arm) items failed{where}; set [labels] tolerate_failures = true or "
             "pass --tolerate-failures to accept them"
         )

@@ -238,7 +238,7 @@ def test_a_bad_shard_fails_before_any_stage_runs(env, capsys):
 def test_a_negative_question_count_is_one_error_line(env, capsys):
     cfg, _ = _tiny(env)
     assert main(["label", str(cfg), "--questions", "-3"]) == 2
-    assert "max_queries (--questions) must be an integer >= 0" in _err(capsys)
+    assert "[data].max_queries must be an integer >= 0, got -3" in _err(capsys)  # checked on load
 
 
 def test_a_closed_stdout_pipe_ends_the_command_quietly(env):

@@ -297,3 +297,48 @@ def test_a_stage_behind_a_waiting_one_says_so_in_words(env):
     with pytest.raises(NotBuiltError, match=r"stage train reads the label stage's outputs in .*, and label waits "
                                             r"\(on retrieve\): they are not this config's"):
         check_inputs_current(Run(load_config(str(other))), "train")
+
+
+@pytest.mark.parametrize("command", ["features", "eval", "train", "protocol"])
+def test_a_stage_command_refuses_an_unknown_name_before_any_work(env, capsys, command):
+    """`ltrr features` with an unknown `[features] set` rewrote features/<name> and exited 0
+    (`ltrr run`, `label` and `status` refuse it); eval, train and protocol refused it only after
+    starting work. Each checks the config's names first (`check_config_names`)."""
+    cfg, _ = _tiny(env)
+    assert main(["retrieve", str(cfg)]) == 0
+    capsys.readouterr()
+    cfg.write_text(cfg.read_text() + '\n[features]\nset = "paperx"\n')
+    before = sorted(p for p in env.rglob("*") if p != cfg)
+    assert main([command, str(cfg)]) == 2
+    assert "[features] set: unknown feature set 'paperx'" in _err(capsys)
+    assert sorted(p for p in env.rglob("*") if p != cfg) == before  # nothing written
+
+
+def test_status_reports_a_dataset_folder_that_is_not_there_and_no_builder_makes(env, capsys):
+    """A mistyped `[data] dataset` folder was "to build", and status said `ltrr run` would build it
+    (the data stage then failed "dataset ... does not exist")."""
+    cfg, ds = _tiny(env)
+    cfg.write_text(cfg.read_text().replace(f'dataset = "{ds}"', f'dataset = "{env / "tinyy"}"'))
+    assert main(["status", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert f"  data      missing        no {env / 'tinyy'}, and no [data] builder to build it" in out
+    assert "retrieve  waits          on data" in out
+    assert out.rstrip().splitlines()[-1].startswith(f"the dataset is missing (no {env / 'tinyy'}, and no [data] "
+                                                    f"builder to build it): `ltrr run {cfg}` would stop at its")
+    assert "runs data" not in out and "to build       no " + str(env / "tinyy") not in out
+
+
+def test_an_empty_default_reads_as_none_in_a_flags_help(capsys):
+    """`ltrr data stats --help` said "(default: , as [data] split)"."""
+    import argparse
+
+    from ltrr.cli._flags import FIELD_DEFAULT, add_field_flag
+    from ltrr.data.section import DataSection
+
+    parser = argparse.ArgumentParser()
+    add_field_flag(parser, DataSection, "split", "--split", default=FIELD_DEFAULT)
+    text = " ".join(parser.format_help().split())
+    assert "(default: none, as [data] split)" in text and "(default: ," not in text
+    with pytest.raises(SystemExit, match="0"):
+        main(["data", "stats", "--help"])
+    assert "(default: none, as [data] split)" in " ".join(capsys.readouterr().out.split())

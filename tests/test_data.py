@@ -166,9 +166,47 @@ def test_bad_qrels(tmp_path):
 
 
 def test_missing_dataset_is_not_built(tmp_path, monkeypatch):
+    """A builder's dataset not built yet: the build command. Any other name: no command that
+    cannot work (`ltrr data build nosuch` is "unknown dataset builder")."""
     monkeypatch.setenv("LTRR_DATA_DIR", str(tmp_path))
-    with pytest.raises(NotBuiltError, match=r"run `ltrr data build nosuch`"):
+    with pytest.raises(NotBuiltError, match=r"is not built .*; run `ltrr data build demo`$"):
+        load_dataset("demo")
+    with pytest.raises(NotBuiltError, match=r"no dataset folder 'nosuch' and no built dataset of that name") as exc:
         load_dataset("nosuch")
+    assert "ltrr data build nosuch" not in str(exc.value) and "NAME one of: demo" in str(exc.value)
+
+
+def test_build_dataset_names_the_dataset_and_hints_force_only_where_it_rebuilds(tmp_path):
+    """An up-to-date build named the builder ('demo'), not the dataset, and said "use --force
+    to rebuild" under `ltrr retrieve`, whose --force never rebuilds the data."""
+    from ltrr.data.build import build_dataset
+
+    folder = tmp_path / "demo-grown"
+    folder.mkdir()
+    params = {"builder": "demo", "seed": 13, "n_per_type": 200, "n_noanswer": 200, "n_multihop": 300}
+    (folder / "meta.json").write_text(json.dumps({"name": "demo", "params": params}))
+    said = []
+    assert build_dataset("demo", out=folder, log=said.append) == folder  # kept, as up to date
+    assert said == [f"dataset 'demo-grown' (builder 'demo') is up to date in {folder} (use --force to rebuild)"]
+    said.clear()
+    build_dataset("demo", out=folder, rebuild_flag=None, log=said.append)  # the pipeline's data stage
+    assert said == [f"dataset 'demo-grown' (builder 'demo') is up to date in {folder}"]
+
+
+def test_a_beir_query_without_answers_among_queries_with_them_has_none(tmp_path):
+    """`"metadata": {}` beside queries with answers was "answers of qid 'q2' must be a list of
+    strings, got float" (pandas' NaN); a query table of our own with a row lacking answers too."""
+    _write(tmp_path / "corpus.jsonl", [json.dumps({"_id": "d1", "title": "T", "text": "t1"})])
+    _write(tmp_path / "queries.jsonl", [json.dumps({"_id": "q1", "text": "one?", "metadata": {"answers": ["a"]}}),
+                                        json.dumps({"_id": "q2", "text": "two?", "metadata": {}}),
+                                        json.dumps({"_id": "q3", "text": "three?"})])
+    ds = load_dataset(tmp_path)
+    assert ds.queries["answers"].map(list).tolist() == [["a"], [], []]
+    with pytest.raises(DataError, match=r"qid 'q2' has an empty answer list"):
+        load_dataset(tmp_path, require_answers=True)
+    own = _write(tmp_path / "own.jsonl", [json.dumps({"qid": "q1", "question": "one?", "answers": ["a"]}),
+                                          json.dumps({"qid": "q2", "question": "two?"})])
+    assert load_queries(own)["answers"].map(list).tolist() == [["a"], []]
 
 
 def test_unsupported_format(tmp_path):

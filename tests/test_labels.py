@@ -18,7 +18,15 @@ import pytest
 from ltrr._errors import ConfigError, DataError, GenerationError
 from ltrr.generation import load_template
 from ltrr.generation.base import Generation, Generator
-from ltrr.labels import NOISE_SUFFIX, label_queries, normalise_gains, raise_for_failures, summarise
+from ltrr.labels import (
+    NOISE_SUFFIX,
+    label_queries,
+    normalise_gains,
+    raise_for_failures,
+    summarise,
+    summary_markdown,
+    total_failed_items,
+)
 from ltrr.metrics import parse_metric
 
 
@@ -147,6 +155,38 @@ def test_every_item_failed_summarises_without_a_crash():
     s = summarise(run.labels, run.noise, seed=0)
     assert s["failed_items"] == 9 and s["labelled_queries"] == 0 and s["best_single_arm"] is None
     assert np.isnan(s["oracle"]) and s["noise_floor"]["queries"] == 0
+
+
+def test_nothing_labelled_reports_no_headroom_conclusion():
+    """`ltrr label --cache-only` with nothing in the cache printed "best single arm: None (nan)"
+    and "no headroom: the best single arm is best on every query"."""
+    run = _label(Reader(fail_on="Question"), noise_arm="good")
+    text = summary_markdown(summarise(run.labels, run.noise, seed=0))
+    assert "queries labelled: 0 of 3 (9 failed items in 3 queries)" in text
+    assert "no query is labelled (each has a failed item): no best single arm, headroom or noise floor" in text
+    assert "nan" not in text.split("\n\n", 1)[1] and "no headroom" not in text and "noise floor (" not in text
+    labelled = summary_markdown(summarise(_label(Reader(), noise_arm="good").labels, None, seed=0))
+    assert "best single arm: good" in labelled and "no query is labelled" not in labelled
+
+
+def test_replicate_failures_count_and_the_replicate_line_names_the_queries_compared():
+    """The replicate's failed items (a `--cache-only` miss) were dropped: 0 failures, a figure
+    "over 118 queries" resting on 32. They count now, and the line says what it rests on."""
+    run = _label(Reader(), noise_arm="good")
+    summary = summarise(run.labels, run.noise, seed=0)
+    summary["replicate"] = {"template": "short_answer_b@1", "queries": 3, "part": "test", "compared_queries": 1,
+                            "failed_items": 6, "failed_queries": 2, "mean_abs_diff": 0.0, "disagreement_rate": 0.0}
+    assert total_failed_items(summary) == 6
+    text = summary_markdown(summary)
+    assert ("replicate labels (short_answer_b@1, 3 queries of the test part; 6 failed items in 2 queries): "
+            "mean |diff| 0.000 per (query, arm) on the 1 queries labelled in both, answers' utility differs on 0.0% of "
+            "their pairs") in text
+    with pytest.raises(GenerationError, match=r"^6 \(query, arm\) items failed: 0 in 0 queries of labels\.parquet "
+                                              r"and 6 in 2 queries of replicate\.parquet"):
+        raise_for_failures(summary, tolerate=False)
+    raise_for_failures(summary, tolerate=True)
+    summary["replicate"].update(compared_queries=0, failed_items=9, failed_queries=3)
+    assert "no (query, arm) pair labelled on both sides to compare" in summary_markdown(summary)
 
 
 def test_bad_label_inputs():

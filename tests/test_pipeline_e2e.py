@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -590,7 +591,7 @@ def test_eval_fits_in_2_processes_give_the_same_tables(project, capsys, monkeypa
     cfg.write_text(cfg.read_text().replace("n_jobs = 2", "n_jobs = 0"))
     assert main(["eval", str(cfg), "--force"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ltrr: error: [eval] n_jobs must be a positive integer, got 0") and err.count("\n") == 1
+    assert "config key [eval].n_jobs must be an integer >= 1, got 0" in err and err.count("\n") == 1  # on load
     assert results.read_bytes() == one  # nothing half-written
 
 
@@ -730,6 +731,15 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
         assert tp["mean_diff"] == pytest.approx(b["policy_grpo"]["utility"] - b["policy_exact"]["utility"])
         assert 0.0 <= tp["p_value"] <= 1.0 and (tp["n_differ"] > 0 or tp["p_value"] == 1.0)
     assert (root / "pol" / "policy" / "eval-features" / "cost_utility.png").stat().st_size > 1000
+    # wall-clock time stays out of the tables (timings.json holds it), so a rerun gives the same
+    # tables; the cost-penalised baseline reports whether it held the budget; eval.json names
+    # the saved policy
+    assert "train s" not in out and "seconds" not in json.dumps(ev)
+    assert all(isinstance(b["ltrr_cost_penalised"]["within_budget"], bool) for b in ev["budgets"])
+    timings = json.loads((root / "pol" / "policy" / "eval-features" / "timings.json").read_text())
+    assert len(timings["fits"]) == 4 and all(f["seconds"] >= 0 for f in timings["fits"])
+    run_policy = root / "pol" / "policies" / Path(ev["saved_policy"]).name
+    assert (run_policy / "policy.json").is_file()
     # --on design: an inner split of the design part, so the test part's queries are never read
     assert main(["policy", "eval", str(cfg), "--part", "design"]) == 0
     assert capsys.readouterr().out.startswith("Held-out design queries")
@@ -742,6 +752,11 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text()) == ev
     assert main(["run", str(cfg)]) == 0
     assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
+    # the saved policy is one of the stage's outputs: deleted, it is trained again
+    shutil.rmtree(run_policy)
+    assert main(["run", str(cfg)]) == 0
+    assert "[policy] skipped" not in capsys.readouterr().out and (run_policy / "policy.json").is_file()
+    assert json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text()) == ev
     assert main(["policy", "train", str(cfg), "--cost-budget", "0.4", "--trainer", "exact"]) == 0
     folder = root / "pol" / "policies" / "features-exact-B0.4"
     assert (folder / "policy.json").exists() and str(folder) in capsys.readouterr().out
@@ -768,7 +783,7 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert set(rec["latency_seconds"]) == {"bm25", "bm25-top1", "none"}
     cfg.write_text(cfg.read_text().replace('cost = "tokens"', 'cost = "euros"'))
     assert main(["policy", "eval", str(cfg)]) == 2
-    assert "[policy] cost must be 'config' or 'tokens', got 'euros'" in capsys.readouterr().err
+    assert "config key [policy].cost must be one of config, tokens, got 'euros'" in capsys.readouterr().err
     # token costs are measured on the training queries alone, and a query with a failed item is
     # left out of its part (its NaN made every mean NaN, and training raised)
     import ltrr.policy.run as policy_run
@@ -791,6 +806,13 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     try:
         monkeypatch.setattr(policy_run, "arm_costs", spy)
         assert main(["policy", "eval", str(cfg)]) == 0
+        assert "[policy] left 2 queries with a failed or missing label item out of the evaluation" in \
+            capsys.readouterr().out
+        # training leaves them out too (one failed item blocked `ltrr policy train`)
+        monkeypatch.setattr(policy_run, "arm_costs", real)
+        assert main(["policy", "train", str(cfg), "--cost-budget", "0.4"]) == 0
+        assert "[policy] left 2 queries with a failed or missing label item out of training" in \
+            capsys.readouterr().out
     finally:
         path.write_bytes(kept)
     failed = json.loads((root / "pol" / "policy" / "eval-features-tokens" / "eval.json").read_text())

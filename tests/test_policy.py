@@ -222,3 +222,117 @@ def test_docstring_examples_run():
     for mod in (ltrr.policy.objective, ltrr.policy.estimator):
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.attempted > 0 and res.failed == 0, mod.__name__
+
+
+@pytest.mark.parametrize("trainer", ["exact", "grpo"])
+def test_infinite_features_or_utilities_are_refused(trainer):
+    """An inf utility gave the exact trainer a NaN head (always arm 0) and GRPO a torch error."""
+    X, U, C = bandit(n=50)
+    U2 = U.copy()
+    U2[0, 1] = np.inf
+    with pytest.raises(DataError, match=r"U \(the utilities\) has infinite values"):
+        BudgetPolicy(budget=0.5, trainer=trainer, n_steps=3).fit(X, U2, C)
+    X2 = X.copy()
+    X2[0, 0, 0] = -np.inf
+    with pytest.raises(DataError, match="X has infinite features"):
+        BudgetPolicy(budget=0.5, trainer=trainer, n_steps=3).fit(X2, U, C)
+    pol = BudgetPolicy(budget=0.5, trainer=trainer, n_steps=3).fit(X, U, C)
+    with pytest.raises(DataError, match="X has infinite features"):
+        pol.predict(X2)
+    # an absent arm (a NaN row) is still fine
+    X3 = X.copy()
+    X3[0, 2] = np.nan
+    assert pol.predict(X3)[0] != 2
+
+
+@pytest.mark.parametrize("costs", [(0.3, 0.5, 0.7), (0.1, 0.7, 1.3), (0.7, 1.8, 2.9)])
+def test_a_budget_at_the_cheapest_arms_cost_is_feasible(costs):
+    """Costs are divided by the top cost inside; rounding must not make B = min cost infeasible."""
+    X, U, _ = bandit(n=200)
+    C = np.array(costs)
+    pol = BudgetPolicy(budget=costs[0], trainer="exact", n_steps=10, calibration_size=0.0,
+                       random_state=0).fit(X, U, C)
+    assert (pol.predict(X) == 0).all()
+
+
+def test_an_infeasible_budget_is_refused_before_training_in_cost_units():
+    X, U, _ = bandit(n=100)
+    C = np.array([0.3, 0.5, 0.7])
+    with pytest.raises(ConfigError, match="the budget 0.29 is below the cheapest arm's mean cost 0.3"):
+        BudgetPolicy(budget=0.29, n_steps=2).fit(X, U, C)
+    # per-query costs: the calibration queries' cheapest arms are dearer than the budget (the
+    # training queries' are free), found before any step is taken, in the user's units
+    Cq = np.broadcast_to(C, U.shape).copy()
+    pol = BudgetPolicy(budget=0.2, n_steps=1, random_state=0, calibration_size=0.5)
+    cal = np.isin(np.arange(100), np.random.default_rng(0).permutation(100)[:50])  # fit's split, seed 0
+    Cq[~cal, 0] = 0.0
+    with pytest.raises(DataError, match=r"the budget 0.2 is below the mean cost of the cheapest arms of the "
+                                        r"calibration queries \(0.3\)"):
+        pol.fit(X, U, Cq)
+    assert not hasattr(pol, "history_")
+
+
+def test_costs_and_seed_are_checked_in_fit(tmp_path):
+    X, U, C = bandit(n=40)
+    with pytest.raises(DataError, match="BudgetPolicy.fit needs the costs C"):
+        BudgetPolicy(n_steps=2).fit(X, U, None)
+    with pytest.raises(DataError, match=r"C \(the costs\) has shape \(2,\); it must be \(3,\)"):
+        BudgetPolicy(n_steps=2).fit(X, U, C[:2])
+    with pytest.raises(ConfigError, match="random_state must be an integer >= 0"):
+        BudgetPolicy(n_steps=2, random_state=None).fit(X, U, C)
+    with pytest.raises(ConfigError, match="random_state must be an integer >= 0"):
+        BudgetPolicy(n_steps=2, random_state=-1).fit(X, U, C)
+    # a numpy integer seed (a sweep grid's) fits, saves as a plain int and loads
+    pol = BudgetPolicy(budget=0.4, n_steps=3, random_state=np.int64(3)).fit(X, U, C)
+    same = BudgetPolicy(budget=0.4, n_steps=3, random_state=3).fit(X, U, C)
+    np.testing.assert_array_equal(pol.predict(X), same.predict(X))
+    loaded = BudgetPolicy.load(pol.save(tmp_path / "p"))
+    assert loaded.random_state == 3 and type(loaded.random_state) is int
+    with pytest.raises(DataError, match=r"C \(the costs\) has shape \(2,\)"):
+        pol.predict(X, C=C[:2])
+
+
+def test_a_save_that_cannot_finish_touches_no_file(tmp_path):
+    X, U, C = bandit(n=40)
+    pol = BudgetPolicy(budget=0.4, n_steps=3).fit(X, U, C)
+    folder = pol.save(tmp_path / "p")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    pol.ce_weight = object()  # set after fit: a value JSON cannot hold
+    with pytest.raises(ConfigError, match="cannot be saved as JSON"):
+        pol.save(folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    with pytest.raises(ConfigError, match="cannot be saved as JSON"):
+        pol.save(tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+def _fake_policies(n_test, pick):
+    def make_policy(budget, trainer):
+        return np.full(n_test, pick)
+    return make_policy
+
+
+def test_the_cost_penalised_baseline_uses_the_policys_calibration_rule():
+    """The baseline was calibrated by "spend" (mu < 0, over the budget) while the policy used
+    "utility": the comparison favoured the policy. Both use one rule now, and the baseline
+    reports whether it held the budget; the table holds no wall-clock time."""
+    from ltrr.policy.evaluate import budgets_markdown, evaluate_budgets
+    from ltrr.policy.objective import best_feasible_tau
+
+    rng = np.random.default_rng(0)
+    n, costs = 300, np.array([0.0, 1.0, 2.0])
+    U = rng.uniform(size=(2 * n, 3)) * np.array([0.5, 1.0, 0.9])
+    S = U + rng.normal(scale=0.3, size=U.shape) - 0.4 * costs  # the scores prefer cheap arms
+    args = (U[:n], U[n:], costs, S[:n], S[n:], ["a", "b", "none"][::-1], "none", [0.25, 0.75], ["grpo"])
+    doc = evaluate_budgets(_fake_policies(n, 1), *args)
+    for r in doc["budgets"]:
+        pen = r["ltrr_cost_penalised"]
+        assert pen["mu"] == best_feasible_tau(S[:n], costs, U[:n], r["budget"])
+        assert pen["calibration"] == "utility" and isinstance(pen["within_budget"], bool)
+        assert pen["cost"] <= r["budget"] + pen["cost_margin"] and pen["within_budget"]
+    spend = evaluate_budgets(_fake_policies(n, 1), *args, calibration="spend")
+    loose = spend["budgets"][1]["ltrr_cost_penalised"]
+    assert loose["mu"] == calibrate_tau(S[:n], costs, 1.5) and loose["mu"] < 0
+    text = budgets_markdown(doc, ["grpo"])
+    assert "train s" not in text and "seconds" not in str(doc)
+    assert budgets_markdown(doc, ["grpo"]) == text  # same inputs, the same table

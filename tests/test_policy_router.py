@@ -86,3 +86,36 @@ def test_policy_router_lm_representation(tmp_path):
     loaded = PolicyRouter.load(pol.save(tmp_path / "lm"))
     pd.testing.assert_frame_equal(loaded.route_scores(raw, question_states=states),
                                   pol.route_scores(raw, question_states=states))
+
+
+def test_a_failed_label_item_leaves_its_query_out_of_training():
+    """One failed (query, arm) item blocked fit ("some present pairs have no utility label");
+    the query is left out now, as LTRRouter.fit and `ltrr policy eval` leave it out."""
+    raw, labels = make(n_queries=40, n_arms=3)
+    labels = labels.copy()
+    labels.loc[0, "failed"] = True
+    failed_q = str(labels.loc[0, "qid"])
+    pol = PolicyRouter(1.0, costs=_costs(raw.arms), ltr=LTR, policy_params=FAST, n_folds=2).fit(raw, labels)
+    assert pol.n_incomplete_queries_ == 1 and pol.n_train_queries_ == 39 and failed_q not in pol.train_qids_
+    assert len(pol.choose(raw)) == 40  # routing a query needs no label
+
+
+def test_an_unfitted_policy_router_raises_not_fitted():
+    from sklearn.exceptions import NotFittedError
+
+    raw, _ = make(n_queries=5, n_arms=3)
+    pol = PolicyRouter(1.0, costs=_costs(raw.arms))
+    for call in (pol.ranking, pol.choose, pol.predict_proba, pol.route_scores):
+        with pytest.raises(NotFittedError, match="PolicyRouter is not fitted"):
+            call(raw)
+
+
+def test_a_numpy_seed_saves_as_a_plain_int(tmp_path):
+    import json
+
+    raw, labels = make(n_queries=30, n_arms=3)
+    pol = PolicyRouter(1.0, costs=_costs(raw.arms), ltr=LTR, policy_params=FAST, n_folds=2,
+                       random_state=np.int64(4)).fit(raw, labels)
+    folder = pol.save(tmp_path / "pol")
+    assert json.loads((folder / "policy.json").read_text())["params"]["random_state"] == 4
+    pd.testing.assert_series_equal(PolicyRouter.load(folder).choose(raw), pol.choose(raw))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -184,3 +185,42 @@ def test_notebook_runs(trained, tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "routed" in text and "nDCG@10" in text
+
+
+def test_a_router_with_a_relative_index_dir_is_routed_from_any_folder(trained, tmp_path, monkeypatch, capsys):
+    """router.json keeps `index_dir` as `ltrr train` gave it, relative to the project folder
+    ("data/indexes/demo-grown"): `ltrr route`, `LTRRouter.load` and the notebook (whose kernel
+    runs in notebooks/) said "no index; build it first" outside that folder. The index is found
+    from the current folder, then from the model folder's ancestors; none found names the paths."""
+    import shutil
+
+    from ltrr._errors import NotBuiltError
+    from ltrr.cli import main
+    from ltrr.integrations.pyterrier import LTRRouterTransformer
+    from ltrr.routers import resolve_index_dir
+    from ltrr.routers.ltr import LTRRouter
+
+    folder, router, *_ = trained
+    project = tmp_path / "project"
+    shutil.copytree(router.index_dir, project / "data" / "indexes" / "tiny")
+    model = project / "runs" / "tiny" / "models" / "m"
+    LTRRouter.load(folder).set_params(index_dir="data/indexes/tiny").save(model)
+    assert '"index_dir": "data/indexes/tiny"' in (model / "router.json").read_text()  # kept as given
+    (project / "notebooks").mkdir()
+    question = "what is the capital?"
+    monkeypatch.chdir(project)
+    expected = LTRRouter.load(model).route(question)
+    for cwd in (project / "notebooks", tmp_path):
+        monkeypatch.chdir(cwd)
+        assert LTRRouter.load(model).route(question).equals(expected)
+        assert list(LTRRouterTransformer(model).arms) == list(LTRRouterTransformer(folder).arms)
+        capsys.readouterr()
+        assert main(["route", str(model), question, "--json"]) == 0
+        assert pd.read_json(io.StringIO(capsys.readouterr().out))["arm"].tolist() == expected["arm"].tolist()
+    assert resolve_index_dir("data/indexes/tiny", model) == project / "data" / "indexes" / "tiny"
+    monkeypatch.chdir(project)
+    assert resolve_index_dir("data/indexes/tiny", model) == Path("data/indexes/tiny")  # as given, from here
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NotBuiltError, match=r"index folder 'nowhere/idx' \(as the router was trained, relative "
+                                            r"to the folder it was trained in\) not found; tried .*nowhere/idx, "):
+        resolve_index_dir("nowhere/idx", model)

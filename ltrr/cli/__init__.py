@@ -102,9 +102,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         d["data"]["max_queries"] = args.questions
         cfg = validate(d, cfg.source)
     run = Run(cfg, log=_log)
-    from ltrr.pipeline.labels import check_label_settings
+    from ltrr.pipeline.labels import check_config_names
 
-    check_label_settings(run)  # a typo in a name fails now, not after the index and retrieval
+    check_config_names(run)  # a typo in a name fails now, not after the index and retrieval
     for name in ("data", "index", "retrieve"):  # as `ltrr retrieve`: a fresh clone's label builds what it needs
         stages.get(name).execute(run, StageOptions())
     run.stage_label(force=args.force, use_cache=False if args.no_cache else None,
@@ -114,12 +114,22 @@ def cmd_label(args: argparse.Namespace) -> int:
 
 
 # ---- features, training, routing, evaluation ---------------------------------------------
+def _check_names(run) -> None:
+    """`ltrr.pipeline.labels.check_config_names`, as `ltrr run`, `ltrr label` and `ltrr status`
+    call it, less the generator's settings (these commands read labels made already and
+    generate nothing): an unknown name in the config fails before any work, not after it."""
+    from ltrr.pipeline.labels import check_config_names
+
+    check_config_names(run, labelling=False)
+
+
 def cmd_features(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
     from ltrr.pipeline.stages import check_inputs_current
 
     run = Run(load_config(args.config), log=_log)
+    _check_names(run)
     check_inputs_current(run, "features")  # never the labels of another config sharing the workdir
     run.stage_features(force=args.force)
     return 0
@@ -131,6 +141,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run = Run(cfg, log=_log)
+    _check_names(run)
     ranker = args.ranker or cfg.train.ranker
     from ltrr.rankers import rankers
 
@@ -236,6 +247,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ltrr.pipeline.stages import check_inputs_current
 
     run = Run(load_config(args.config), log=_log)
+    _check_names(run)
     check_inputs_current(run, "eval")  # never the labels of another config sharing the workdir
     paths = run.stage_eval(force=args.force)
     _print_tables(run)
@@ -275,6 +287,7 @@ def cmd_protocol(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     run = Run(cfg, log=_log)
+    _check_names(run)
     if args.design_only:
         return _protocol_design_only(run, args)
     seeds = [cfg.seed] + [int(s) for s in cfg.protocol.seeds if int(s) != cfg.seed]
@@ -312,9 +325,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _log(f"ltrr run {cfg.name}: seed {cfg.seed}, workdir {cfg.workdir}")
     run = Run(cfg, log=_log)
     if not args.retrieval_only:
-        from ltrr.pipeline.labels import check_label_settings
+        from ltrr.pipeline.labels import check_config_names
 
-        check_label_settings(run)  # a typo in a name fails now, not after the index and retrieval
+        check_config_names(run)  # a typo in a name fails now, not after the index and retrieval
     options = StageOptions(force=args.force, tolerate_failures=True if args.tolerate_failures else None)
     run_stages(run, until="retrieve" if args.retrieval_only else None, options=options, out=_out)
     _log(f"done in {time.perf_counter() - t0:.1f}s")

@@ -104,7 +104,9 @@ def add_field_flag(parser: argparse.ArgumentParser, section: type[Section], key:
     if default is FIELD_DEFAULT:
         default = meta["default"]
     where = f"[{section.TABLE}] {key}"
-    text += f"{unit} (default: {where})" if default is None else f"{unit} (default: {default}, as {where})"
+    # an empty string reads as a blank: "none" says the flag is off by default
+    shown = "none" if isinstance(default, str) and not default else default
+    text += f"{unit} (default: {where})" if default is None else f"{unit} (default: {shown}, as {where})"
     kwargs = {"type": meta["type"], "default": default, "help": text, **overrides}
     return add_renamed(parser, flag, old, **kwargs)
 

@@ -37,7 +37,7 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     s = dsub.add_parser("stats", help="counts of a dataset folder")
     s.add_argument("path", help="dataset folder or built dataset name")
     add_field_flag(s, DataSection, "split", "--split", default=FIELD_DEFAULT, metavar="NAME",
-                   help="a BEIR folder's qrels split: count only the queries judged in it")
+                   help="a BEIR folder's qrels split: count only the queries judged in it, or none: every query")
     s.set_defaults(func=lambda a: _stats(a, out))
 
 

@@ -1,5 +1,8 @@
 """`ltrr status CONFIG`: where each stage of a run stands, running none of them
-(`ltrr.pipeline.stages.stage_status`)."""
+(`ltrr.pipeline.stages.stage_status`).
+
+A config `ltrr run` would refuse (a value out of range, an unknown name: the load and
+`ltrr.pipeline.labels.check_config_names`) is one error line and exit code 2, not a status."""
 
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
 def _status(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
+    from ltrr.pipeline.labels import check_config_names
     from ltrr.pipeline.stages import stage_status
 
     run = Run(load_config(args.config), log=lambda _: None)
+    # the checks `ltrr run` makes before its first stage: a config it would refuse is not "ready"
+    check_config_names(run)
     rows = stage_status(run)
     if args.json:
         out(json.dumps(rows, indent=1))
@@ -31,6 +37,11 @@ def _status(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     width = max(len(r["stage"]) for r in rows)
     for r in rows:
         out(f"  {r['stage']:<{width}}  {r['state']:<14} {r['detail']}".rstrip())
+    absent = [r for r in rows if r["state"] == "missing"]
+    if absent:  # the data stage would fail: no command to suggest but a fix of the config
+        out(f"the dataset is missing ({absent[0]['detail']}): `ltrr run {args.config}` would stop at its "
+            "first stage; give [data] dataset an existing folder (or a built dataset's name), or a [data] builder")
+        return 0
     runs = [r["stage"] for r in rows if r["state"] in ("to run", "to build")]
     waits = [r["stage"] for r in rows if r["state"] == "waits"]
     running = [r["stage"] for r in rows if r["state"] == "running"]

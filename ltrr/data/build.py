@@ -12,11 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from ltrr._errors import ConfigError
-from ltrr.data.io import data_root, write_table_atomic
+from ltrr.data.io import BUILDERS, data_root, write_table_atomic
 
 __all__ = ["build_dataset", "BUILDERS", "table_checksum"]
-
-BUILDERS = ("demo",)
 
 
 def table_checksum(df: pd.DataFrame) -> str:
@@ -47,6 +45,7 @@ def build_dataset(
     grow_per_type: int = 0,
     grow_noanswer: int = 0,
     force: bool = False,
+    rebuild_flag: str | None = "--force",
     log=print,
 ) -> Path:
     """Build dataset ``name`` and return its folder.
@@ -54,7 +53,9 @@ def build_dataset(
     The folder is written under a temporary name and renamed into place, so an interrupted
     build leaves nothing half-written. An existing build with the same parameters is kept.
     ``grow_per_type`` and ``grow_noanswer`` add a second round of queries that leaves the
-    first unchanged (`ltrr.data.demo.generate_demo`).
+    first unchanged (`ltrr.data.demo.generate_demo`). ``rebuild_flag`` is the flag that
+    sets ``force`` where the build is called from, named when the build is kept (None: no
+    hint, for a caller where no flag rebuilds it).
     """
     if name not in BUILDERS:
         raise ConfigError(f"unknown dataset builder {name!r}; choose one of: {', '.join(BUILDERS)}")
@@ -79,7 +80,8 @@ def build_dataset(
         except json.JSONDecodeError:
             meta = {}
         if meta.get("params") == params:
-            log(f"dataset {name!r} is up to date in {final} (use --force to rebuild)")
+            log(f"dataset {final.name!r}" + (f" (builder {name!r})" if final.name != name else "")
+                + f" is up to date in {final}" + (f" (use {rebuild_flag} to rebuild)" if rebuild_flag else ""))
             return final
     from ltrr.data.demo import generate_demo
 

@@ -20,6 +20,7 @@ from ltrr.data.lines import utf8_lines
 from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
 
 __all__ = [
+    "BUILDERS",
     "Dataset",
     "read_jsonl",
     "read_table",
@@ -33,6 +34,11 @@ __all__ = [
     "default_generation_cache",
     "resolve_dataset",
 ]
+
+
+#: the datasets `ltrr.data.build.build_dataset` makes, by builder name (here, beneath the
+#: builder, so that a missing dataset's message can say whether a build would make it)
+BUILDERS = ("demo",)
 
 
 def data_root() -> Path:
@@ -103,6 +109,9 @@ def load_queries(path: str | Path, *, require_answers: bool = False) -> pd.DataF
         rows = read_jsonl(path)
         if rows and "_id" in rows[0]:  # BEIR layout: _id, text, metadata
             rows = [_beir_query(path, i, r) for i, r in enumerate(rows, 1)]
+            if any("answers" in r for r in rows):  # a query without metadata.answers among queries
+                for r in rows:                     # with them has none, as in a folder without any
+                    r.setdefault("answers", [])
         for i, r in enumerate(rows, 1):
             for key in ("qid", "question"):
                 if key not in r:
@@ -202,9 +211,13 @@ def resolve_dataset(name_or_path: str | Path) -> Path:
         built = data_root() / "built" / str(name_or_path)
         if built.exists():
             return built
-        raise NotBuiltError(
-            f"dataset {str(name_or_path)!r} is not built (looked in {built}); run `ltrr data build {name_or_path}`"
-        )
+        if str(name_or_path) in BUILDERS:
+            raise NotBuiltError(
+                f"dataset {str(name_or_path)!r} is not built (looked in {built}); run `ltrr data build {name_or_path}`"
+            )
+        raise NotBuiltError(f"no dataset folder {str(name_or_path)!r} and no built dataset of that name (looked in "
+                            f"{built}); give a dataset folder, or build one with `ltrr data build NAME` (NAME one "
+                            f"of: {', '.join(BUILDERS)})")
     raise NotBuiltError(f"dataset folder {p} does not exist")
 
 

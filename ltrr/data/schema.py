@@ -80,7 +80,7 @@ def validate_queries(df: pd.DataFrame, *, require_answers: bool = False) -> pd.D
 
 
 def _answers(qid: str, a, required: bool) -> list[str]:
-    if a is None:
+    if a is None or (isinstance(a, float) and a != a):  # NaN: pandas' fill for a row without answers
         a = []
     if isinstance(a, str):
         a = [a]

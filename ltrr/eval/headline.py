@@ -28,6 +28,7 @@ The headline utility is the labels' ``utility`` column: the metric of generated 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -235,6 +236,16 @@ def run_protocol(
     U = utility_matrix(labels)
     nr = run.no_retrieval_arms()[0]
     queries, part = _complete_partition(run, U, design_size=design_size, seed=seed)
+    U_b = None
+    if replicate is not None:  # checked before any file is written
+        U_b = utility_matrix(replicate).reindex(index=list(part.test), columns=U.columns)
+        n_missing = int(U_b.isna().to_numpy().sum())
+        if n_missing:
+            source = run.config.source.removeprefix("packaged:")  # what `ltrr label` takes
+            source = shlex.quote(source) if source and not source.startswith("<") else "CONFIG"
+            raise DataError(f"protocol: the replicate labels miss {n_missing} of the {U_b.size} (test query, arm) "
+                            f"pairs (failed or never labelled, e.g. by `ltrr label --cache-only`); run "
+                            f"`ltrr label {source}` to generate them")
     prereg, unfitted, lab_idx = _preregister(
         run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed, rankers=rankers,
         train_labels=train_labels, feature_sets=feature_sets, n_folds=n_folds, routers=routers, n_jobs=n_jobs)
@@ -270,10 +281,7 @@ def run_protocol(
         "power": power, "mean_gain": float((r - b).mean()),
         "router_cost": float(row["mean_cost"]), "best_single_cost": float(run.pool.costs[best]),
     }
-    if replicate is not None:
-        U_b = utility_matrix(replicate).reindex(index=test, columns=U.columns)
-        if U_b.isna().any().any():
-            raise DataError("the replicate labels miss some (test query, arm) pairs")
+    if U_b is not None:
         nc = noise_corrected_headroom(U.loc[test], U_b, best)
         # the corrected oracle of each query: the arm best on the main labels, scored on the replicate
         pick = oracle_choice(U.loc[test].to_numpy(float), list(U.columns), best)
@@ -317,6 +325,7 @@ def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, se
     name, the labels indexed by qid)."""
     from ltrr.eval import evaluate_splits, make_splits
     from ltrr.eval.routing import best_single_arm
+    from ltrr.eval.splits import _queries
 
     nr = run.no_retrieval_arms()[0]
     lab_idx = labels.set_index("qid")
@@ -325,6 +334,11 @@ def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, se
         _check_label_column(labels, cand["label"])
     design_q = queries[queries["qid"].isin(set(part.train))].reset_index(drop=True)
     U_design = U.loc[list(part.train)]
+    # checked here, not left to `grouped_kfold`, whose message names the evaluation's key
+    n_groups = _queries(design_q)["group"].nunique()
+    if isinstance(n_folds, (int, np.integer)) and n_groups < n_folds:
+        raise DataError(f"protocol: {n_folds}-fold CV of the design part needs at least n_folds={n_folds} groups, "
+                        f"its queries have {n_groups}; lower [protocol] n_folds")
     folds = make_splits(design_q, ["kfold"], n_folds=n_folds, random_state=seed)
     t0 = time.perf_counter()
     cv_rows, cv_preds, cv_seconds = [], {}, {}

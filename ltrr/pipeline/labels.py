@@ -14,8 +14,8 @@ from ltrr.data.io import write_table_atomic
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
 
-__all__ = ["label_stage", "label_fingerprint", "query_facts", "replicate_queries", "label_replicate",
-           "export_generations"]
+__all__ = ["label_stage", "label_fingerprint", "label_fresh", "query_facts", "replicate_queries", "label_replicate",
+           "export_generations", "check_label_settings", "check_config_names"]
 
 
 
@@ -94,6 +94,116 @@ def check_label_settings(run: RunContext) -> None:
         raise ConfigError(f"[generation] {exc}") from None
 
 
+def check_config_names(run: RunContext, *, labelling: bool = True) -> None:
+    """Every name a config gives that a registry or a file of a package above the config
+    resolves, checked before any stage runs (``ltrr run``, ``ltrr label``, ``ltrr status``;
+    ``ltrr features``, ``eval``, ``train`` and ``protocol`` with ``labelling=False``).
+
+    The sections check ranges and fixed choices when the config loads (`ltrr._sections`); the
+    names below live in the packages above the config, so they are looked up here, where a typo
+    failed only after retrieval and labelling (hours on a real run). First
+    `check_label_settings`; then ``[data] builder``, ``[labels] noise_floor_arm``, ``[features]
+    set``, ``[train] ranker``, ``rankers`` and ``params``, ``[protocol] rankers``,
+    ``feature_sets`` and ``routers``, ``[eval] splits`` and
+    ``retrieval_measures``, ``[policy] params``, ``[agent] reward``, ``metric``,
+    ``holdout_arms``, ``sft`` and ``grpo``.
+
+    Parameters
+    ----------
+    run : RunContext
+        The run whose config is checked.
+    labelling : bool, default True
+        False leaves out `check_label_settings` (the generator, its templates and the label
+        metrics), for a command that reads the labels made already and generates nothing.
+
+    Raises
+    ------
+    ConfigError
+        The first unknown name, naming its table and key.
+    """
+    from ltrr.agent.grpo import GRPOSpec
+    from ltrr.agent.reward_options import REWARDS
+    from ltrr.agent.sft import SFTSpec
+    from ltrr.data.build import BUILDERS
+    from ltrr.eval.retrieval import expand_measures, parse_measures
+    from ltrr.eval.splits import splitters
+    from ltrr.features.spec import load_spec
+    from ltrr.metrics import parse_metric
+    from ltrr.policy.estimator import BudgetPolicy
+    from ltrr.rankers import rankers
+    from ltrr.routers import make_router, parse_router_spec
+
+    if labelling:
+        check_label_settings(run)
+    cfg = run.config
+
+    def named(where: str, check) -> None:
+        try:
+            check()
+        except LtrrError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def one_of(where: str, name: str, known: Sequence[str], what: str) -> None:
+        if name not in known:
+            raise ConfigError(f"{where}: unknown {what} {name!r}; choose one of: {', '.join(known)}")
+
+    if cfg.data.builder:
+        one_of("[data] builder", cfg.data.builder, BUILDERS, "dataset builder")
+    arms = [str(a.get("name")) for a in cfg.arms]
+    if cfg.labels.noise_floor_arm:
+        one_of("[labels] noise_floor_arm", cfg.labels.noise_floor_arm, arms, "arm")
+    for i, arm in enumerate(cfg.agent.holdout_arms):
+        one_of(f"[agent] holdout_arms[{i}]", arm, arms, "arm")
+    named("[features] set", lambda: load_spec(cfg.features.set))
+    for i, fs in enumerate(cfg.protocol.feature_sets):
+        named(f"[protocol] feature_sets[{i}]", lambda fs=fs: load_spec(fs))
+    for where, names in (("[train] ranker", [cfg.train.ranker]), ("[train] rankers", cfg.train.rankers),
+                         ("[protocol] rankers", cfg.protocol.rankers)):
+        for name in names:
+            one_of(where, name, rankers.names(), "ranker")
+    run.make_router("ltrr", cfg.train.ranker)  # builds nothing; checks [train] params (`Run.train_params`)
+    for i, spec in enumerate(cfg.protocol.routers):
+        where = f"[protocol] routers[{i}]"
+        named(where, lambda spec=spec: parse_router_spec(spec))
+        if parse_router_spec(spec)[0] in ("ltrr", "oracle"):  # as `ltrr.eval.headline` refuses them
+            raise ConfigError(f"{where}: {spec!r}: give LTR rankers in [protocol] rankers; the oracle is no "
+                              "candidate")
+        named(where, lambda spec=spec: make_router(spec))  # an unknown router or parameter
+    for name in cfg.eval.splits:
+        one_of("[eval] splits", name, splitters.names(), "split family")
+    if cfg.eval.retrieval_measures:
+        ks = sorted({a["k"] for a in cfg.arms if isinstance(a.get("k"), int) and not isinstance(a["k"], bool)}) or [10]
+        named("[eval] retrieval_measures", lambda: parse_measures(expand_measures(cfg.eval.retrieval_measures, ks)))
+    # [policy] params go to BudgetPolicy beside the budget, trainer and seed the policy sets itself
+    allowed = sorted(set(BudgetPolicy().get_params()) - {"budget", "trainer", "random_state"})
+    unknown = sorted(set(cfg.policy.params) - set(allowed))
+    if unknown:
+        raise ConfigError(f"[policy] params: {unknown[0]!r} is not a BudgetPolicy parameter; its parameters: "
+                          f"{', '.join(allowed)}")
+    one_of("[agent] reward", cfg.agent.reward, REWARDS.names(), "reward")
+    named("[agent] metric", lambda: parse_metric(cfg.agent.metric))
+    SFTSpec.from_mapping(cfg.agent.sft)  # their messages name [agent] sft / grpo
+    GRPOSpec.from_mapping(cfg.agent.grpo)
+
+
+def _replicate_failed_items(run: RunContext) -> int:
+    """The failed items of ``labels/replicate.parquet`` when the config asks for a replicate."""
+    path = run.labels_dir / "replicate.parquet"
+    if not run.config.labels.replicate_template or not path.exists():
+        return 0
+    try:
+        return int(pd.read_parquet(path, columns=["failed"])["failed"].astype(bool).sum())
+    except (OSError, ValueError, KeyError):  # unreadable: not this stage's output, so label again
+        return 1
+
+
+def label_fresh(run: RunContext, fingerprint: str) -> bool:
+    """Whether the label stage would skip: its record is of ``fingerprint`` and its tables exist,
+    and the replicate labels have no failed item (a record written before their failed items were
+    counted, as the main labels' are, vouched for a replicate with holes)."""
+    return run.is_fresh("label", fingerprint, [run.labels_dir / "labels.parquet"]) and not _replicate_failed_items(run)
+
+
 def query_facts(queries: pd.DataFrame) -> str:
     """A digest of what the labels and every stage after them read of the queries besides their
     text (the retrieval hashes that): the gold answers the labels score, and the type, group and
@@ -126,6 +236,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
         raise_for_failures,
         summarise,
         summary_markdown,
+        total_failed_items,
         write_labels,
     )
     from ltrr.metrics import parse_metric, parse_metrics
@@ -154,7 +265,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if cache_only and (scheduler or generator is not None or use_cache is False):
         raise ConfigError("stage label: cache only labels from the generation cache here: not with a scheduler, "
                           "another generator or the cache off")
-    if scheduler and shard is None and only is None and (force or not run.is_fresh("label", fp, [out])):
+    if scheduler and shard is None and only is None and (force or not label_fresh(run, fp)):
         from ltrr.dist.label import fill_cache_on_dask
 
         if gcfg.prebuilt and (gcfg.use_cache if use_cache is None else use_cache):
@@ -163,13 +274,16 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
             with GenerationCache(run.cache_path) as cache:  # first, so the workers generate only what it lacks
                 _import_prebuilt(run, cache)
         fill_cache_on_dask(run, scheduler, use_cache=use_cache, timeout=scheduler_timeout)
-    if not force and shard is None and only is None and run.is_fresh("label", fp, [out]):
+    if not force and shard is None and only is None and label_fresh(run, fp):
         run.log(f"[label] skipped: inputs unchanged, labels in {out}")
         return out
     retry = run.fingerprint_of("label") or ""
     if not force and shard is None and only is None and retry.startswith(f"{fp}:failed-"):
         run.log(f"[label] {retry.rsplit('-', 1)[1]} items failed last time: labelling again (they are "
                 "generated again; every other item comes from the cache)")
+    elif not force and shard is None and only is None and retry == fp and out.exists():
+        run.log(f"[label] {_replicate_failed_items(run)} replicate items failed last time (an older ltrr did not "
+                "count them): labelling again (they are generated again; every other item comes from the cache)")
     try:
         metric = parse_metric(lcfg.metric)
         extras = parse_metrics(lcfg.extra_metrics) if lcfg.extra_metrics else []
@@ -234,7 +348,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
             rep = summary["replicate"]
             summary["noise_floor"] = {
                 "arm": f"every arm under {rep['template']}", "mean_abs_diff": rep["mean_abs_diff"],
-                "disagreement_rate": rep["disagreement_rate"],
+                "disagreement_rate": rep["disagreement_rate"], "queries": rep["compared_queries"],
                 "share_of_headroom": rep["mean_abs_diff"] / summary["headroom"] if summary["headroom"] > 0 else float("nan")}
         summary["generator_calls"], summary["cache_hits"] = generator.generator_calls, generator.hits
     run.stage_record("label").unlink(missing_ok=True)  # an older record never vouches for the tables below
@@ -242,15 +356,18 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     run.log(summary_markdown(summary))
     run.log(f"[label] {summary['generator_calls']} generator calls, {summary['cache_hits']} cache hits, "
              f"{summary['seconds']:.1f}s -> {out}")
-    if cache_only and summary.get("failed_items"):
-        run.log(f"[label] cache only: {summary['failed_items']} items are not in the cache (failed items); "
-                "`ltrr label` without --cache-only generates them")
+    # the replicate's failed items count as the main labels' do: the protocol reads both
+    failed = total_failed_items(summary)
+    if cache_only and failed:
+        rep_failed = failed - int(summary.get("failed_items", 0))
+        run.log(f"[label] cache only: {failed} items are not in the cache (failed items)"
+                + (f", {rep_failed} of them replicate items" if rep_failed else "")
+                + "; `ltrr label` without --cache-only generates them")
     # A failure does not make the stage fresh: it is recorded under another fingerprint, so the
     # next run labels again (retrying the failed items, the rest from the cache), and once they
     # succeed, the stages after it see the label fingerprint change and run again too. It is
     # recorded before an untolerated failure raises: the tables above are already this config's,
     # so a record of other inputs must not vouch for them.
-    failed = int(summary.get("failed_items", 0))
     run.record("label", f"{fp}:failed-{failed}" if failed else fp, time.perf_counter() - t0,
                generator_calls=summary["generator_calls"])
     raise_for_failures(summary, tolerate)
@@ -296,9 +413,17 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
     if only is not None:
         return {}
     write_table_atomic(rep.labels, run.labels_dir / "replicate.parquet")
-    both = main.merge(rep.labels[["qid", "arm", "utility"]], on=["qid", "arm"], suffixes=("", "_rep"))
+    # only the (query, arm) pairs labelled on both sides are compared: a failed item (a
+    # `--cache-only` miss) has no utility, and the figures say how many queries they rest on
+    ok_main = main.loc[~main["failed"].astype(bool), ["qid", "arm", "utility"]]
+    ok_rep = rep.labels.loc[~rep.labels["failed"].astype(bool), ["qid", "arm", "utility"]]
+    both = ok_main.merge(ok_rep, on=["qid", "arm"], suffixes=("", "_rep")).dropna(subset=["utility", "utility_rep"])
     diff = (both["utility"] - both["utility_rep"]).abs()
+    failed = rep.labels["failed"].astype(bool)
     return {"template": template.identity, "queries": int(len(sub)), "part": lcfg.replicate,
+            "compared_queries": int(both["qid"].nunique()),
+            "failed_items": int(failed.sum()),
+            "failed_queries": int(rep.labels.loc[failed, "qid"].nunique()),
             "mean_abs_diff": float(diff.mean()) if len(diff) else float("nan"),
             "disagreement_rate": float((diff > 1e-9).mean()) if len(diff) else float("nan"),
             "seconds": round(time.perf_counter() - t0, 1)}

@@ -168,17 +168,28 @@ class Run:
         return self._pool
 
     # ---- stages --------------------------------------------------------------------------
+    @property
+    def dataset_builder(self) -> str | None:
+        """The builder the data stage builds ``[data] dataset`` with (``[data] builder``, or the
+        dataset's own name when it is a builder's, as ``demo``); None for a folder that exists,
+        an ir_datasets dataset, or a name no builder makes (the data stage cannot make it)."""
+        from ltrr.data.build import BUILDERS
+
+        ds = self.config.data.dataset
+        builder = self.config.data.builder or ds
+        return builder if not is_irds(ds) and builder in BUILDERS and not Path(ds).exists() else None
+
     def stage_data(self, *, force: bool = False) -> Path:
         """Build the dataset when the config names a builder (``demo``) and it is missing."""
-        from ltrr.data.build import BUILDERS, build_dataset
+        from ltrr.data.build import build_dataset
 
         ds = self.config.data.dataset
         if is_irds(ds):
             self.log(f"[data] using ir_datasets {ds[len('irds:'):]!r} ({len(self.dataset.queries)} queries, "
                      f"{len(self.dataset.corpus)} documents)")
             return self.dataset_path
-        builder = self.config.data.builder or ds
-        if builder in BUILDERS and not Path(ds).exists():
+        builder = self.dataset_builder
+        if builder is not None:
             return build_dataset(
                 builder,
                 out=self.dataset_path,
@@ -189,6 +200,7 @@ class Run:
                 grow_per_type=self.config.data.grow_per_type,
                 grow_noanswer=self.config.data.grow_noanswer,
                 force=force,
+                rebuild_flag=None,  # `ltrr run --force` and the like never rebuild the dataset
                 log=self.log,
             )
         if not self.dataset_path.exists():

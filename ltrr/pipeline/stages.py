@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._registry import Registry
-from ltrr.pipeline.labels import label_fingerprint
+from ltrr.pipeline.labels import label_fingerprint, label_fresh
 from ltrr.pipeline.run import Run
 
 __all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "stage_status", "protocol_docs",
@@ -145,11 +145,14 @@ def stage_status(run: Run) -> list[dict[str, str]]:
       they run; every later stage waits on them), ``written`` / ``to run`` for the stages that
       check their own inputs when they run (the context and agent loops, the headline's
       protocol; each waits on any earlier stage to run);
-    - ``not configured``: the config does not ask for it.
+    - ``not configured``: the config does not ask for it;
+    - ``missing`` for the data when ``[data] dataset`` is no folder that exists and no builder
+      makes it: `ltrr run` would fail at its first stage.
 
     Fingerprints only hash what the stages read (the queries, the records); nothing is computed.
     """
     from ltrr._errors import LtrrError
+    from ltrr.data.irds import is_irds
     from ltrr.progress import describe_progress, progress_path, read_progress
     from ltrr.retrieval import Pool
 
@@ -166,7 +169,10 @@ def stage_status(run: Run) -> list[dict[str, str]]:
         built = [t for t in todo if t in ("data", "index")]
         # the snapshot of a long stage checking its own inputs (the agent's eval names its folder)
         own = describe_progress(read_progress(progress_path(record))) if stage.inputs is None else None
-        if name in ("data", "index"):
+        if name == "data" and missing and run.dataset_builder is None and not is_irds(run.config.data.dataset):
+            # a folder that is not there and no builder to make it: the data stage would fail
+            state, detail = "missing", f"no {missing[0]}, and no [data] builder to build it"
+        elif name in ("data", "index"):
             state, detail = ("built", str(stage.outputs(run)[0])) if not missing else ("to build", f"no {missing[0]}")
         elif stage.inputs is None and own is not None and own[0] == "running":  # whatever the stages before say
             state, detail = own
@@ -194,14 +200,19 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                 state, detail = "up to date", _recorded(record)
             else:
                 state = "to run"
+                recorded = run.fingerprint_of(stage.record_name(run)) or ""
                 detail = ("never ran" if not record.exists() else f"no {missing[0]}" if missing
+                          # the label stage records its failed items (`ltrr label --cache-only` misses)
+                          else f"{recorded.rsplit('-', 1)[1]} items failed when it ran ({_recorded(record)}); "
+                               "the next run generates them"
+                          if fp is not None and recorded.startswith(f"{fp}:failed-")
                           else f"its inputs changed since it ran ({_recorded(record)})"
-                          if run.fingerprint_of(stage.record_name(run)) != fp
+                          if recorded != fp
                           else "its outputs were made of other inputs (another workdir of this config name, "
                                "or an older ltrr)")
                 if snap is not None:  # stopped part way: how far it got
                     detail = snap[1]
-        if state in ("to run", "to build", "waits", "running"):
+        if state in ("to run", "to build", "waits", "running", "missing"):
             todo.append(name)
         rows.append({"stage": name, "state": state, "detail": detail})
     return rows
@@ -226,7 +237,7 @@ def check_inputs_current(run: Run, name: str) -> None:
     rows = {r["stage"]: r for r in stage_status(run)}
     for read in recorded:
         row = rows.get(read)
-        if row is not None and row["state"] in ("to run", "to build", "waits"):
+        if row is not None and row["state"] in ("to run", "to build", "waits", "missing"):
             state = "waits" if row["state"] == "waits" else f"is {row['state']}"  # "label waits (on retrieve)"
             raise NotBuiltError(f"stage {name} reads the {read} stage's outputs in {run.workdir}, and {read} {state} "
                                 f"({row['detail']}): they are not this config's; run `ltrr run CONFIG` "
@@ -353,9 +364,11 @@ def _policy_fingerprint(run: Run) -> str:
 
 
 def _policy_outputs(run: Run) -> list[Path]:
-    from ltrr.policy.run import eval_dir
+    from ltrr.policy.run import policy_outputs
 
-    return [eval_dir(run, run.config.policy) / "eval.json"]
+    # eval.json and the saved policy's files (`ltrr route` / `ltrr serve` read them): a deleted
+    # policy folder makes the stage run again
+    return policy_outputs(run)
 
 
 def _stage_context(run: Run, options: StageOptions) -> dict:
@@ -394,7 +407,7 @@ _register(Stage("index", "index", lambda run, o: run.stage_index(), lambda run: 
 _register(Stage("retrieve", "retrieve", lambda run, o: run.stage_retrieve(force=o.force),
                 lambda run: [run.results_path], report=_recall_report, inputs=lambda run: run.retrieve_fingerprint()))
 _register(Stage("label", "label", lambda run, o: run.stage_label(force=o.force, tolerate_failures=o.tolerate_failures),
-                lambda run: [run.labels_dir / "labels.parquet"], inputs=label_fingerprint))
+                lambda run: [run.labels_dir / "labels.parquet"], inputs=label_fingerprint, fresh=label_fresh))
 _register(Stage("features", "features", lambda run, o: run.stage_features(force=o.force),
                 lambda run: [run.features_dir / "raw.parquet"], inputs=lambda run: run.features_fingerprint(),
                 fresh=lambda run, fp: run.features_fresh(fp)))

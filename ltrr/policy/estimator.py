@@ -24,11 +24,11 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import atomic_path
+from ltrr._atomic import atomic_path, plain_json
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.policy.objective import (
-    best_feasible_tau,
-    calibrate_tau,
+    CALIBRATIONS,
+    calibrate,
     check_budget,
     check_costs,
     cost_aware_argmax,
@@ -36,22 +36,30 @@ from ltrr.policy.objective import (
     exact_loss,
     grpo_advantages,
     grpo_loss,
+    within_budget,
 )
 
 __all__ = ["BudgetPolicy", "CALIBRATIONS", "TRAINERS", "HEAD_FORMAT"]
 
 TRAINERS = ("grpo", "exact")
-CALIBRATIONS = ("spend", "nonnegative", "utility")
 HEAD_FORMAT = 1
 
 
-def _check_arrays(X, U=None, C=None):
+def _check_arrays(X, U=None, C=None, *, need_costs: bool = False):
+    """``X`` (and ``U``, ``C``) as float arrays, with ``present`` (n, A): the arms each query has.
+
+    A present arm's row of ``X`` and its utility must be finite: an infinite feature or utility
+    would give the exact trainer a NaN head and GRPO an invalid sampling distribution.
+    """
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 3:
         raise DataError(f"X must have shape (n_queries, n_arms, n_features), got {X.shape}")
     present = ~np.isnan(X).all(axis=2)
-    if np.isnan(X[present]).any():
+    rows = X[present]
+    if np.isnan(rows).any():
         raise DataError("X has NaN features in a present arm's row; impute them (the LTR feature pipeline does)")
+    if not np.isfinite(rows).all():
+        raise DataError("X has infinite features in a present arm's row; every feature must be finite")
     if (present.sum(axis=1) == 0).any():
         raise DataError("a query has no arm (every row NaN)")
     out = [X, present]
@@ -61,11 +69,24 @@ def _check_arrays(X, U=None, C=None):
             raise DataError(f"utilities have shape {U.shape}; X has {X.shape[:2]} (queries, arms)")
         if np.isnan(U[present]).any():
             raise DataError("some present (query, arm) pairs have no utility label")
+        if not np.isfinite(U[present]).all():
+            raise DataError("U (the utilities) has infinite values for present (query, arm) pairs; "
+                            "every utility must be finite")
         out.append(U)
+    if C is None and need_costs:
+        raise DataError("BudgetPolicy.fit needs the costs C: (n_arms,) or (n_queries, n_arms)")
     if C is not None:
-        C = check_costs(np.broadcast_to(np.asarray(C, dtype=object), X.shape[:2]))
-        out.append(C)
+        out.append(_check_cost_shape(C, X.shape[:2]))
     return out
+
+
+def _check_cost_shape(C, shape: tuple[int, int]) -> np.ndarray:
+    """Costs ``C`` ((A,) or (n, A)) checked as costs and broadcast to ``shape`` (n, A)."""
+    c = check_costs(C)
+    if c.shape not in (shape, shape[1:]):
+        raise DataError(f"C (the costs) has shape {c.shape}; it must be ({shape[1]},) (one cost per arm) "
+                        f"or {shape} (queries, arms)")
+    return np.broadcast_to(c, shape)
 
 
 class BudgetPolicy(BaseEstimator):
@@ -119,7 +140,9 @@ class BudgetPolicy(BaseEstimator):
         utility 0.15); ``"utility"`` held every budget with the best mean utility of the two
         that did (0.323 against 0.297).
     random_state : int
-        Seeds the head's initialisation, the sampling and the calibration split.
+        Seeds the head's initialisation, the sampling and the calibration split: an integer >= 0
+        (a numpy integer is taken as its value). ``None`` is refused, unlike scikit-learn's usual
+        meaning: the same data and seed must give the same policy.
 
     Examples
     --------
@@ -176,13 +199,17 @@ class BudgetPolicy(BaseEstimator):
             raise bad("calibration_size", "in [0, 1)")
         if self.calibration not in CALIBRATIONS:
             raise bad("calibration", " or ".join(repr(c) for c in CALIBRATIONS))
+        # a seed, not sklearn's None or a Generator: the same data and seed give the same policy
+        rs = self.random_state
+        if isinstance(rs, bool) or not isinstance(rs, (int, np.integer)) or rs < 0:
+            raise bad("random_state", "an integer >= 0 (the policy is always seeded)")
 
     # ---- the network ------------------------------------------------------------------------
     def _make_head(self, n_features: int):
         import torch
 
         with torch.random.fork_rng(devices=[]):  # seeded here, the caller's global RNG untouched
-            torch.manual_seed(int(self.random_state))
+            torch.manual_seed(int(self.random_state))  # checked by fit; int() takes numpy integers
             if self.hidden_size:
                 return torch.nn.Sequential(torch.nn.Linear(n_features, self.hidden_size), torch.nn.Tanh(),
                                            torch.nn.Linear(self.hidden_size, 1))
@@ -204,14 +231,15 @@ class BudgetPolicy(BaseEstimator):
         import torch
 
         self._check_params()
-        X, present, U, C = _check_arrays(X, U, C)
+        X, present, U, C = _check_arrays(X, U, C, need_costs=True)
         budget = check_budget(self.budget, C)
+        seed = int(self.random_state)
         Um = np.where(present, U, -np.inf)
         if (np.nanmax(Um, axis=1) == np.where(present, U, np.inf).min(axis=1)).all():
             raise DataError("every training query is a tie (all its arms have the same utility): "
                             "there is nothing to learn about which arm to choose")
         n = len(X)
-        rng = np.random.default_rng(self.random_state)
+        rng = np.random.default_rng(seed)
         cal = np.zeros(n, dtype=bool)
         if self.calibration_size:
             keys = np.asarray(groups if groups is not None else np.arange(n))
@@ -221,6 +249,12 @@ class BudgetPolicy(BaseEstimator):
             if cal.all():
                 raise DataError("the calibration part took every training query; lower calibration_size")
         tr = ~cal
+        part = cal if cal.any() else tr
+        # feasible on the calibration queries, checked before training (in the user's cost units)
+        cheapest = float(np.mean(np.where(present, C, np.inf)[part].min(axis=1)))
+        if not within_budget(cheapest, budget):
+            raise DataError(f"the budget {budget:g} is below the mean cost of the cheapest arms of the calibration "
+                            f"queries ({cheapest:g}): no rule meets it; raise the budget")
         rows = X[tr][present[tr]]
         self.x_mean_ = rows.mean(axis=0)
         scale = rows.std(axis=0)
@@ -229,7 +263,7 @@ class BudgetPolicy(BaseEstimator):
         self.costs_ = C[0].copy() if (C == C[0]).all() else C.mean(axis=0)
         self.head_ = self._make_head(X.shape[2])
         opt = torch.optim.Adam(self.head_.parameters(), lr=float(self.learning_rate))
-        gen = torch.Generator().manual_seed(int(self.random_state))
+        gen = torch.Generator().manual_seed(seed)
         Ut = torch.as_tensor(np.where(present, U, 0.0)[tr], dtype=torch.float32)
         Ct = torch.as_tensor(C[tr] / self.c_max_, dtype=torch.float32)
         best = torch.as_tensor(np.argmax(Um[tr], axis=1))
@@ -273,14 +307,10 @@ class BudgetPolicy(BaseEstimator):
         self.lambda_ = lam
         self.history_ = history
         # the deterministic rule: cost-aware argmax, calibrated on held-out training queries
-        part = cal if cal.any() else tr
         with torch.no_grad():
             logits = self._logits(X[part], present[part]).numpy().astype(np.float64)
-        if self.calibration == "utility":
-            self.tau_ = best_feasible_tau(logits, C[part] / self.c_max_, np.where(present, U, np.nan)[part], b_norm)
-        else:
-            self.tau_ = calibrate_tau(logits, C[part] / self.c_max_, b_norm,
-                                      floor=0.0 if self.calibration == "nonnegative" else None)
+        self.tau_ = calibrate(self.calibration, logits, C[part] / self.c_max_,
+                              np.where(present, U, np.nan)[part], b_norm)
         self.n_calibration_ = int(cal.sum())
         self.n_features_in_ = X.shape[2]
         return self
@@ -315,8 +345,8 @@ class BudgetPolicy(BaseEstimator):
         ``C`` defaults to the training costs of each arm position.
         """
         z = self.decision_logits(X)
-        costs = self.costs_ if C is None else check_costs(np.broadcast_to(C, z.shape))
-        return cost_aware_argmax(z, np.broadcast_to(costs, z.shape) / self.c_max_, self.tau_)
+        costs = np.broadcast_to(self.costs_, z.shape) if C is None else _check_cost_shape(C, z.shape)
+        return cost_aware_argmax(z, costs / self.c_max_, self.tau_)
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -325,21 +355,24 @@ class BudgetPolicy(BaseEstimator):
             raise NotFittedError("BudgetPolicy is not fitted")
         from safetensors.numpy import save_file
 
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "head.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
+        # the metadata in plain JSON before any file is touched: a value JSON cannot hold (a
+        # numpy seed is converted) fails here, not after the weights replaced the old ones
+        meta = plain_json({"format": HEAD_FORMAT, "params": self.get_params(), "tau": self.tau_,
+                           "lambda": self.lambda_, "c_max": self.c_max_, "n_features_in": self.n_features_in_,
+                           "n_calibration": self.n_calibration_, "history": self.history_}, "BudgetPolicy")
+        text = json.dumps(meta, indent=1)
         arrays = {f"head.{k}": v.detach().numpy().copy() for k, v in self.head_.state_dict().items()}
         arrays.update(x_mean=np.ascontiguousarray(self.x_mean_, np.float64),
                       x_scale=np.ascontiguousarray(self.x_scale_, np.float64),
                       costs=np.ascontiguousarray(self.costs_, np.float64))
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "head.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
         with atomic_path(path / "head.safetensors") as tmp:
             save_file(arrays, str(tmp))
-        meta = {"format": HEAD_FORMAT, "params": self.get_params(), "tau": self.tau_, "lambda": self.lambda_,
-                "c_max": self.c_max_, "n_features_in": self.n_features_in_, "n_calibration": self.n_calibration_,
-                "history": self.history_}
         from ltrr.data.io import write_text_atomic
 
-        write_text_atomic(path / "head.json", json.dumps(meta, indent=1))
+        write_text_atomic(path / "head.json", text)
         return path
 
     @classmethod

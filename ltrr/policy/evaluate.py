@@ -6,7 +6,10 @@ the test queries. On the same queries:
 
 - ``ltrr top-1``: the LTR ranker's best arm, whatever it costs (one point);
 - ``ltrr cost-penalised``: ``argmax(score - mu * cost)`` with ``mu`` set on the training queries'
-  cross-fitted scores to meet ``B``; swept over ``mu`` it gives the LTRR cost-utility curve;
+  cross-fitted scores and labels by the policy's own calibration rule (`ltrr.policy.objective.
+  calibrate`; by default the feasible ``mu`` with the best training utility), so the two are
+  compared under one rule, with its mean cost's margin and ``within_budget`` as a policy's;
+  swept over ``mu`` it gives the LTRR cost-utility curve;
 - ``best single affordable``: the arm with the best training utility among those costing <= B;
 - ``always none``: the no-retrieval arm;
 - ``oracle under budget``: the LP optimum on the true test labels (an upper bound).
@@ -21,7 +24,6 @@ and its two-sided Wilcoxon signed-rank p (``trainers_paired``): does one beat th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,7 +32,7 @@ import pandas as pd
 from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
 from ltrr.eval.stats import paired_wilcoxon
-from ltrr.policy.objective import binomial_margin, budget_oracle, calibrate_tau, cost_aware_argmax
+from ltrr.policy.objective import binomial_margin, budget_oracle, calibrate, cost_aware_argmax
 
 __all__ = ["ltrr_curve", "interpolated_utility", "non_inferiority", "evaluate_budgets"]
 
@@ -97,11 +99,14 @@ def trainers_paired(u_a: np.ndarray, u_b: np.ndarray, a: str, b: str) -> dict:
 def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs: np.ndarray,
                      ltr_train: np.ndarray, ltr_test: np.ndarray, arms: Sequence[str], no_retrieval: str,
                      fractions: Sequence[float], trainers: Sequence[str] = ("grpo", "exact"),
-                     margin: float = 0.005) -> dict:
+                     margin: float = 0.005, calibration: str = "utility") -> dict:
     """Evaluate policies and baselines at each budget fraction.
 
-    ``make_policy(budget, trainer)`` returns ``(test decisions (n_test,), seconds)``; the arrays
-    are (queries, arms) in ``arms`` order; ``ltr_*`` the LTR scores (cross-fitted on train).
+    ``make_policy(budget, trainer)`` returns the test decisions (n_test,) (arm indices); the
+    arrays are (queries, arms) in ``arms`` order; ``ltr_*`` the LTR scores (cross-fitted on
+    train). ``calibration`` is the policies' rule for the deployed threshold (`BudgetPolicy`'s
+    ``calibration``); the cost-penalised LTRR baseline is calibrated by it too. The result holds
+    no wall-clock time, so the same inputs give the same table (the caller times the fits).
     """
     arms = list(arms)
     if no_retrieval not in arms:
@@ -122,9 +127,12 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
     for frac in fractions:
         B = float(frac) * c_max
         row: dict = {"fraction": float(frac), "budget": B}
-        mu = calibrate_tau(ltr_train, C_train, B)
+        mu = calibrate(calibration, ltr_train, C_train, U_train, B)
         a = cost_aware_argmax(ltr_test, C_test, mu)
-        row["ltrr_cost_penalised"] = {"mu": mu, "cost": float(C_test[rows, a].mean()),
+        pen_c = C_test[rows, a]
+        row["ltrr_cost_penalised"] = {"mu": mu, "calibration": calibration, "cost": float(pen_c.mean()),
+                                      "cost_margin": binomial_margin(pen_c, c_max),
+                                      "within_budget": bool(pen_c.mean() <= B + binomial_margin(pen_c, c_max)),
                                       "utility": float(U_test[rows, a].mean())}
         afford = [i for i in range(len(arms)) if costs[i] <= B + 1e-12]
         best = max(afford, key=lambda i: (train_means[i], -i))
@@ -134,9 +142,7 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
         row["oracle"] = {"cost": orc["cost"], "utility": orc["utility"]}
         per_query = {}
         for trainer in trainers:
-            t0 = time.perf_counter()
-            pick, seconds = make_policy(B, trainer)
-            seconds = seconds if seconds is not None else time.perf_counter() - t0
+            pick = np.asarray(make_policy(B, trainer))
             chosen_c, chosen_u = C_test[rows, pick], U_test[rows, pick]
             per_query[trainer] = chosen_u
             cost = float(chosen_c.mean())
@@ -144,7 +150,7 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
             row[f"policy_{trainer}"] = {
                 "cost": cost, "cost_margin": binomial_margin(chosen_c, c_max),
                 "within_budget": bool(cost <= B + binomial_margin(chosen_c, c_max)),
-                "utility": float(chosen_u.mean()), "train_seconds": float(seconds),
+                "utility": float(chosen_u.mean()),
                 "ltrr_curve_at_cost": float(np.mean(ref)), "vs_ltrr_curve": non_inferiority(chosen_u, ref, margin),
                 "gap_to_oracle": float(orc["utility"] - chosen_u.mean()),
                 "arm_shares": {arms[i]: float(np.mean(pick == i)) for i in range(len(arms))},
@@ -157,27 +163,33 @@ def evaluate_budgets(make_policy, U_train: np.ndarray, U_test: np.ndarray, costs
 
 
 def budgets_markdown(doc: dict, trainers: Sequence[str] = ("grpo", "exact")) -> str:
-    """The per-budget table: cost and utility of every policy and baseline."""
+    """The per-budget table: cost and utility of every policy and baseline (no wall-clock time:
+    the same config and seed give the same table; the fits' seconds are in ``timings.json``).
+
+    A cost-penalised LTRR baseline over its budget (beyond its 95% margin) is marked ``(over B)``.
+    """
     where = ("Held-out design queries (inner split of the design part; the test part is not read)"
              if doc.get("on") == "design" else "Test queries")
     lines = [f"{where}: {doc['n_test']} (policies and baselines trained on {doc['n_train']}). "
              f"LTRR top-1: cost {doc['ltrr_top1']['cost']:.3f}, utility {doc['ltrr_top1']['utility']:.4f}; "
              f"always none: utility {doc['always_none']['utility']:.4f}.", "",
              "| B (share of max) | policy | cost (+-95%) | utility | LTRR curve at that cost | diff, p (non-inferior by 0.005) "
-             "| LTRR cost-penalised | best affordable arm | oracle under B | gap to oracle | train s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| LTRR cost-penalised | best affordable arm | oracle under B | gap to oracle |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["budgets"]:
         for t in trainers:
             p = r.get(f"policy_{t}")
             if p is None:
                 continue
             ni = p["vs_ltrr_curve"]
+            pen = r["ltrr_cost_penalised"]
+            over = "" if pen.get("within_budget", True) else " (over B)"
             lines.append(
                 f"| {r['budget']:.3f} ({r['fraction']:.0%}) | {t} | {p['cost']:.3f} +- {p['cost_margin']:.3f} | "
                 f"{p['utility']:.4f} | {p['ltrr_curve_at_cost']:.4f} | {ni['mean_diff']:+.4f}, p={ni['p_value']:.3g} | "
-                f"{r['ltrr_cost_penalised']['utility']:.4f} @ {r['ltrr_cost_penalised']['cost']:.3f} | "
+                f"{pen['utility']:.4f} @ {pen['cost']:.3f}{over} | "
                 f"{r['best_single_affordable']['arm']} {r['best_single_affordable']['utility']:.4f} | "
-                f"{r['oracle']['utility']:.4f} | {p['gap_to_oracle']:.4f} | {p['train_seconds']:.1f} |")
+                f"{r['oracle']['utility']:.4f} | {p['gap_to_oracle']:.4f} |")
     paired = [r for r in doc["budgets"] if "trainers_paired" in r]
     if paired:
         a, b = paired[0]["trainers_paired"]["a"], paired[0]["trainers_paired"]["b"]

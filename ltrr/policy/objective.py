@@ -22,10 +22,15 @@ After each step the multiplier takes a projected dual-ascent step,
 ``lam <- max(0, lam + eta * (mean cost - B))`` (`dual_update`).
 
 A stochastic policy meets the budget only on average and ``lam`` oscillates; deployment uses a
-deterministic cost-aware argmax, ``argmax_a (logit[q, a] - tau * C[q, a])``, with ``tau`` the
-smallest value (negative allowed) whose mean cost on a calibration part is within the budget
-(`calibrate_tau`).
-The same rule on LTR scores is the cost-penalised LTRR baseline.
+deterministic cost-aware argmax, ``argmax_a (logit[q, a] - tau * C[q, a])``, with ``tau`` set on
+a calibration part by one of the `CALIBRATIONS` rules (`calibrate`). The default, ``"utility"``,
+takes of the ``tau`` whose mean cost is within the budget the one with the best mean utility
+(`best_feasible_tau`); ``"spend"`` takes the smallest such ``tau``, negative allowed, so it spends
+the budget (`calibrate_tau`); ``"nonnegative"`` is ``"spend"`` with ``tau >= 0``.
+The same rule on LTR scores, calibrated the same way, is the cost-penalised LTRR baseline.
+
+Mean costs are compared with the budget up to a relative ``1e-9`` (`within_budget`): a budget
+exactly at the cheapest arms' mean cost stays feasible after the costs are rescaled.
 
 `budget_oracle` is the upper bound: the linear program ``max sum x U`` subject to one unit of
 choice per query and ``mean sum x C <= B`` (scipy's HiGHS), solved on the true labels.
@@ -52,7 +57,24 @@ __all__ = [
     "binomial_margin",
     "check_costs",
     "check_budget",
+    "within_budget",
+    "calibrate",
+    "CALIBRATIONS",
 ]
+
+CALIBRATIONS = ("spend", "nonnegative", "utility")
+
+
+def within_budget(cost: float, budget: float) -> bool:
+    """``cost <= budget`` up to a relative ``1e-9``, so float rounding (costs divided by the top
+    cost, a mean over many queries) never makes a budget at the cheapest arms' cost infeasible.
+
+    Examples
+    --------
+    >>> within_budget(0.3 / 0.7 + 1e-16, 0.3 / 0.7), within_budget(0.31, 0.3)
+    (True, False)
+    """
+    return float(cost) <= float(budget) + 1e-9 * max(abs(float(budget)), 1e-6)
 
 
 def check_costs(costs: Any, what: str = "cost") -> np.ndarray:
@@ -80,8 +102,8 @@ def check_budget(budget: Any, costs: np.ndarray) -> float:
         raise ConfigError(f"the budget {b} is above the most expensive arm's cost {hi}: every policy "
                           "meets it, so there is nothing to trade; pick B <= the maximum cost")
     lo = float(np.mean(np.min(np.atleast_2d(costs), axis=1)))
-    if b < lo - 1e-12:
-        raise ConfigError(f"the budget {b} is below the cheapest arm's mean cost {lo}: no policy meets it")
+    if not within_budget(lo, b):
+        raise ConfigError(f"the budget {b:g} is below the cheapest arm's mean cost {lo:g}: no policy meets it")
     return b
 
 
@@ -189,19 +211,22 @@ def calibrate_tau(scores: np.ndarray, costs: np.ndarray, budget: float, *, iters
         pick = cost_aware_argmax(scores, costs, t)
         return float(costs[np.arange(len(pick)), pick].mean())
 
+    def meets(t: float) -> bool:
+        return within_budget(mean_cost(t), budget)
+
     finite = np.asarray(scores, dtype=np.float64)[np.isfinite(scores)]
     span = float(finite.max() - finite.min()) if finite.size else 1.0
     gaps = np.diff(np.unique(costs))
     bound = (span + 1.0) / (float(gaps.min()) if gaps.size else 1.0) * 2.0
-    if mean_cost(bound) > budget:
-        raise DataError(f"no threshold meets the budget {budget}: the cheapest arms cost "
+    if not meets(bound):
+        raise DataError(f"no threshold meets the budget {budget:g}: the cheapest arms cost "
                         f"{mean_cost(bound):.4g} on average")
     lo, hi = (-bound if floor is None else float(floor)), bound
-    if mean_cost(lo) <= budget:
+    if meets(lo):
         return lo
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        if mean_cost(mid) <= budget:
+        if meets(mid):
             hi = mid
         else:
             lo = mid
@@ -249,6 +274,27 @@ def best_feasible_tau(scores: np.ndarray, costs: np.ndarray, utilities: np.ndarr
         if u >= best_u - 1e-12:
             best_tau, best_u = float(t), max(u, best_u)
     return best_tau
+
+
+def calibrate(rule: str, scores: np.ndarray, costs: np.ndarray, utilities: np.ndarray, budget: float) -> float:
+    """The threshold ``tau`` of `cost_aware_argmax` by one of the `CALIBRATIONS` rules.
+
+    ``"utility"``: `best_feasible_tau`; ``"spend"``: `calibrate_tau`; ``"nonnegative"``:
+    `calibrate_tau` with ``floor=0``. The policy's head (`ltrr.policy.BudgetPolicy`) and the
+    cost-penalised LTRR baseline (`ltrr.policy.evaluate.evaluate_budgets`) both call it, so the two
+    are compared under the same rule.
+
+    Examples
+    --------
+    >>> s = np.array([[0.0, 1.0], [0.0, 3.0]]); c = np.array([0.0, 1.0]); u = np.array([[0.0, 1.0], [1.0, 0.0]])
+    >>> calibrate("spend", s, c, u, budget=1.0) < 0 < calibrate("utility", s, c, u, budget=1.0)
+    True
+    """
+    if rule not in CALIBRATIONS:
+        raise ConfigError(f"calibration must be {' or '.join(repr(c) for c in CALIBRATIONS)}, got {rule!r}")
+    if rule == "utility":
+        return best_feasible_tau(scores, costs, utilities, budget)
+    return calibrate_tau(scores, costs, budget, floor=0.0 if rule == "nonnegative" else None)
 
 
 def budget_oracle(U: np.ndarray, C: np.ndarray, budget: float) -> dict:

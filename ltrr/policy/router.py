@@ -9,8 +9,15 @@ The LTR scores of the training queries are cross-fitted: each comes from a ranke
 other folds (grouped), so the head learns how far to trust the ranker on queries it has not
 seen; the ranker saved for deployment is then fit on every training query.
 
+A query with an incompletely labelled arm (a failed label item) is left out of training, by the
+rule the protocol and ``ltrr policy eval`` use (`ltrr.eval.routing.utility_matrix`: complete
+cases only); `PolicyRouter.fit` records how many in ``n_incomplete_queries_``.
+
 Arms are kept in name order inside, so a pool listed in another order gives identical
-decisions. A saved policy refuses a pool with other arms or other costs.
+decisions. A policy refuses features from a pool with other arms. Its costs are its own, saved
+with it: the config's or measured token costs (``[policy] cost``), so they need not equal the
+serving pool's config costs and are not checked at load; `PolicyRouter.check_costs_match`
+compares them with a pool's costs for a caller that needs the two to agree.
 """
 
 from __future__ import annotations
@@ -22,13 +29,13 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import atomic_path, write_json_atomic
+from ltrr._atomic import atomic_path, plain_json, write_json_atomic
 from ltrr._cpu import one_blas_thread
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.policy.estimator import BudgetPolicy
 from ltrr.policy.objective import check_costs
-from ltrr.routers.reference import score_frame, utility_frame
+from ltrr.routers.reference import score_frame
 from ltrr.routers.trainfree import Router, rank_scores, routing_table
 
 __all__ = ["PolicyRouter", "REPRESENTATIONS", "POLICY_FORMAT"]
@@ -133,11 +140,15 @@ class PolicyRouter(Router):
             question_states: np.ndarray | None = None) -> PolicyRouter:
         """Fit the LTR router (cross-fitted scores), the rows and the head on training queries.
 
-        ``labels`` need ``utility`` (the reward) and the LTR label column; ``groups`` maps qid
-        to group for the folds and the calibration split; ``question_states`` (n_queries, h),
-        aligned with ``raw.qids``, is required by ``lm``.
+        ``labels`` need ``utility`` (the reward) and the LTR label column; a query with a failed
+        item or a missing utility is left out (`ltrr.eval.routing.utility_matrix`, the rule of
+        the protocol and of ``ltrr policy eval``), counted in ``n_incomplete_queries_``.
+        ``groups`` maps qid to group for the folds and the calibration split;
+        ``question_states`` (n_queries, h), aligned with ``raw.qids``, is required by ``lm``.
         """
         from sklearn.model_selection import GroupKFold
+
+        from ltrr.eval.routing import utility_matrix
 
         if self.representation not in REPRESENTATIONS:
             raise ConfigError(f"representation must be one of {', '.join(REPRESENTATIONS)}, got {self.representation!r}")
@@ -146,10 +157,12 @@ class PolicyRouter(Router):
         self.arms_ = sorted(map(str, raw.arms))
         cvec = self._cost_vector(self.arms_)
         self.costs_ = dict(zip(self.arms_, cvec.tolist(), strict=True))
-        U = utility_frame(labels).reindex(columns=self.arms_)
-        qids = [str(q) for q in raw.qids if str(q) in U.index and not U.loc[str(q)].isna().all()]
+        U = utility_matrix(labels, arms=self.arms_)  # complete cases: every arm labelled, none failed
+        labelled = set(labels["qid"].astype(str))
+        qids = [str(q) for q in raw.qids if str(q) in U.index]
+        self.n_incomplete_queries_ = sum(1 for q in raw.qids if str(q) in labelled and str(q) not in U.index)
         if not qids:
-            raise DataError("PolicyRouter.fit: no query has both raw features and utility labels")
+            raise DataError("PolicyRouter.fit: no query has both raw features and complete utility labels")
         keep_pos = pd.Index([str(q) for q in raw.qids]).get_indexer(qids)
         raw = raw.subset(qids)
         qids = [str(q) for q in raw.qids]
@@ -206,16 +219,20 @@ class PolicyRouter(Router):
         return new._fit_head()
 
     # ---- routing ----------------------------------------------------------------------------------
-    def policy_rows(self, raw, question_states: np.ndarray | None = None) -> np.ndarray:
-        """``X`` (n_queries, n_arms, d) of new queries, arms in name order (``arms_``)."""
+    def _check_fitted(self) -> None:
         if not hasattr(self, "head_"):
             raise NotFittedError("PolicyRouter is not fitted; call fit(raw, labels) or PolicyRouter.load(folder)")
+
+    def policy_rows(self, raw, question_states: np.ndarray | None = None) -> np.ndarray:
+        """``X`` (n_queries, n_arms, d) of new queries, arms in name order (``arms_``)."""
+        self._check_fitted()
         self._check_pool(raw)
         scores = self.ltr_.route_scores(raw)["score"].to_numpy(dtype=np.float64)
         return self._rows(raw, scores, question_states)
 
     def route_scores(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The deployed rule's score ``logit - tau * cost / c_max`` of every (query, arm)."""
+        self._check_fitted()
         table = routing_table(raw)
         X = self.policy_rows(raw, question_states)
         z = self.head_.decision_logits(X)
@@ -228,11 +245,13 @@ class PolicyRouter(Router):
     def ranking(self, raw: Any, **route_kwargs: Any) -> pd.DataFrame:
         """Each query's arms by the deployed rule, best first; an exact tie goes to the cheaper
         arm, then to the name first in order, so the pool's listing order never decides."""
+        self._check_fitted()  # `choose` comes through here
         tie_order = sorted(self.arms_, key=lambda a: (self.costs_[a], a))
         return rank_scores(self.route_scores(raw, **route_kwargs), tie_order)
 
     def predict_proba(self, raw: Any, *, question_states: np.ndarray | None = None) -> pd.DataFrame:
         """The stochastic policy ``pi(a | q)`` as ``DataFrame[qid, arm, prob]``."""
+        self._check_fitted()
         table = routing_table(raw)
         p = self.head_.predict_proba(self.policy_rows(raw, question_states))
         qi = pd.Index([str(q) for q in raw.qids]).get_indexer(table["qid"].astype(str))
@@ -268,10 +287,14 @@ class PolicyRouter(Router):
     # ---- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """One folder: ``ltr/`` (the LTR router), ``head/`` (the head), ``policy.json`` last."""
-        if not hasattr(self, "head_"):
-            raise NotFittedError("PolicyRouter is not fitted")
+        self._check_fitted()
         from safetensors.numpy import save_file
 
+        # the metadata in plain JSON before any file is touched (a numpy seed is converted; a
+        # value JSON cannot hold fails here, not after the old folder was half replaced)
+        meta = plain_json({"format": POLICY_FORMAT, "router": "policy", "ltrr_version": __version__,
+                           "params": self.get_params(), "arms": self.arms_, "costs": self.costs_,
+                           "n_train_queries": self.n_train_queries_}, "PolicyRouter")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / "policy.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
@@ -282,10 +305,7 @@ class PolicyRouter(Router):
                 # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
                 save_file({"mean": np.ascontiguousarray(self.lm_mean_),
                            "components": np.ascontiguousarray(self.lm_components_)}, str(tmp))
-        meta = {"format": POLICY_FORMAT, "router": "policy", "ltrr_version": __version__,
-                "params": self.get_params(), "arms": self.arms_, "costs": self.costs_,
-                "n_train_queries": self.n_train_queries_}
-        write_json_atomic(path / "policy.json", meta, indent=2, sort_keys=True, default=str)
+        write_json_atomic(path / "policy.json", meta, indent=2, sort_keys=True)
         return path
 
     @classmethod

@@ -5,8 +5,11 @@ the prompt tokens the arm adds over no retrieval (the labels' measured mean) plu
 latency, measured here one query at a time and weighted by ``latency_weight`` tokens per second.
 
 `evaluate_policy` trains on the protocol's design part and measures on its test part (the same
-seeded partition as `ltrr protocol`), so the policy is judged on queries no choice saw.
-`train_policy` fits on every labelled query and saves the folder ``ltrr route`` reads.
+seeded partition as `ltrr protocol`), so the policy is judged on queries no choice saw. Its
+tables (``eval.json``, ``budgets.md``, ``budgets.csv``) hold no wall-clock time, so the same config
+and seed give identical tables; the fits' seconds go to ``timings.json`` beside them.
+`train_policy` fits on every labelled query and saves the folder ``ltrr route`` reads. Both leave
+out a query with a failed label item (`ltrr.eval.routing.utility_matrix`'s complete cases).
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ import pandas as pd
 from ltrr._errors import ConfigError
 from ltrr.data.io import write_text_atomic
 
-__all__ = ["arm_costs", "train_policy", "evaluate_policy", "policy_dir", "eval_dir", "stage_policy", "policy_fingerprint"]
+__all__ = ["arm_costs", "train_policy", "evaluate_policy", "policy_dir", "eval_dir", "stage_policy", "policy_fingerprint",
+           "policy_outputs"]
+
+# bumped when the stage's tables change for the same inputs (2: the cost-penalised baseline is
+# calibrated by the policy's rule; the timings left eval.json for timings.json; saved_policy)
+POLICY_STAGE_VERSION = 2
+TIMINGS = "timings.json"  # beside eval.json: the fits' wall-clock seconds, kept out of the tables
 
 
 def _latency(run, n: int = 10) -> dict[str, float]:
@@ -70,8 +79,10 @@ def arm_costs(run, labels: pd.DataFrame) -> tuple[dict[str, float], dict]:
 
 
 def _states(run, raw, pcfg):
+    """The question states (``lm``), how they were made, and the seconds it took (kept apart: the
+    record goes into eval.json and the saved policy, the seconds into the timings)."""
     if pcfg.representation != "lm":
-        return None, None
+        return None, None, None
     from ltrr.config import backend_settings
     from ltrr.generation import make_generator
     from ltrr.policy.states import question_states
@@ -81,7 +92,7 @@ def _states(run, raw, pcfg):
     t0 = time.perf_counter()
     states = question_states(make_generator(gcfg), [q[str(i)] for i in raw.qids], pooling=pcfg.pooling,
                              cache_dir=run.workdir / "policy", show_progress=True)  # a bar on a terminal only
-    return states, {"generator": gcfg, "pooling": pcfg.pooling, "seconds": round(time.perf_counter() - t0, 1)}
+    return states, {"generator": gcfg, "pooling": pcfg.pooling}, round(time.perf_counter() - t0, 1)
 
 
 def _router(run, budget: float, costs: dict, trainer: str, lm: dict | None, seed: int | None = None):
@@ -119,21 +130,31 @@ def train_policy(run, budget: float | None = None, *, representation: str | None
         budget = pcfg.budget * max(costs.values())
     groups = run.dataset.queries.set_index(run.dataset.queries["qid"].astype(str))["group"] \
         if "group" in run.dataset.queries else None
-    states, lm = _states(run, raw, pcfg)
+    states, lm, states_seconds = _states(run, raw, pcfg)
     t0 = time.perf_counter()
     pol = _router(run, budget, costs, trainer, lm).fit(raw, labels, groups=groups, question_states=states)
     seconds = time.perf_counter() - t0
+    _log_incomplete(run, pol.n_incomplete_queries_, "training")
     out = pol.save(policy_dir(run, budget, pcfg.representation, trainer))
     write_text_atomic(out / "training.json", json.dumps({"seconds": round(seconds, 2), "costs": record,
-                                                         "queries": pol.n_train_queries_, "lm": lm}, indent=1) + "\n")
+                                                         "queries": pol.n_train_queries_,
+                                                         "incomplete_queries_left_out": pol.n_incomplete_queries_,
+                                                         "lm": lm, "lm_states_seconds": states_seconds},
+                                                        indent=1) + "\n")
     run.log(f"[policy] trained {pcfg.representation}/{trainer} at budget {budget:g} on "
             f"{pol.n_train_queries_} queries in {seconds:.1f}s -> {out}")
     return out
 
 
+def _log_incomplete(run, n: int, where: str) -> None:
+    if n:
+        run.log(f"[policy] left {n} quer{'y' if n == 1 else 'ies'} with a failed or missing label item out of "
+                f"{where} (complete cases only, as the protocol)")
+
+
 def evaluate_policy(run, *, representation: str | None = None, fractions=None, trainers=None,
                     on: str = "test", seed: int | None = None, inner_seed: int | None = None,
-                    params: dict | None = None) -> dict:
+                    params: dict | None = None, saved_policy: Path | None = None) -> dict:
     """Train on the design part, measure on the test part: the per-budget table, curve and plots.
 
     ``on="design"`` never reads the test part: the design part is partitioned again (same rule,
@@ -142,6 +163,8 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     ``seed`` (default: the run's) seeds the partition, the ranker's folds and the head, as
     ``ltrr protocol --seed`` does; results of another seed go to their own folder.
     ``params`` are `BudgetPolicy` parameters over ``[policy] params`` (a design study's variants).
+    ``saved_policy`` (the stage's policy folder, trained on every labelled query) is recorded
+    in eval.json. The fits' wall-clock seconds are written to ``timings.json``, not the tables.
     """
     from ltrr.eval.protocol import design_test_partition, keep_queries
     from ltrr.eval.routing import utility_matrix
@@ -171,12 +194,14 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
         labels = labels[labels["qid"].astype(str).isin(set(queries["qid"].astype(str)))]
     # A query with a failed item has no utility of that arm: left out of its part, as the
     # protocol leaves it (its NaN made every mean and test NaN; in training, an error).
+    n_part = len(part.train) + len(part.test)
     part = keep_queries(part, utility_matrix(labels).index)
+    _log_incomplete(run, n_part - len(part.train) - len(part.test), "the evaluation")
     # Token costs are measured on the training queries only: the evaluated part is not read.
     costs, record = arm_costs(run, labels[labels["qid"].astype(str).isin(set(part.train))])
     train_q, test_q = list(part.train), list(part.test)
     groups = queries.set_index(queries["qid"].astype(str))["group"] if "group" in queries else None
-    states, lm = _states(run, raw, pcfg)
+    states, lm, states_seconds = _states(run, raw, pcfg)
     pos = {q: i for i, q in enumerate(map(str, raw.qids))}
     st_tr = states[[pos[q] for q in raw.subset(train_q).qids]] if states is not None else None
     st_te = states[[pos[q] for q in raw.subset(test_q).qids]] if states is not None else None
@@ -185,7 +210,7 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     arms = sorted(map(str, raw.arms))
     U = utility_frame(labels).reindex(columns=arms)
     test_ids = [str(q) for q in raw_te.qids]
-    histories, fitted = {}, {}
+    histories, fitted, timings = {}, {}, {"first_fit_seconds": None, "fits": [], "lm_states_seconds": states_seconds}
 
     def make_policy(budget, trainer):
         t0 = time.perf_counter()
@@ -193,13 +218,15 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
             fitted["base"] = _router(run, budget, costs, trainer, lm, seed).fit(
                 raw_tr, lab_tr, groups=groups, question_states=st_tr)
             pol = fitted["base"]
+            timings["first_fit_seconds"] = round(time.perf_counter() - t0, 2)  # the ranker, its folds, a head
         else:
             pol = fitted["base"].with_budget(budget, trainer)
-        seconds = time.perf_counter() - t0
+            # wall-clock time goes to timings.json only: the tables stay identical across runs
+            timings["fits"].append({"budget": float(budget), "trainer": trainer,
+                                    "seconds": round(time.perf_counter() - t0, 2)})
         histories[(budget, trainer)] = pol.head_.history_
-        fitted.setdefault("first_fit_seconds", seconds)
         chosen = pol.choose(raw_te, question_states=st_te)
-        return np.array([arms.index(chosen[q]) for q in test_ids]), seconds
+        return np.array([arms.index(chosen[q]) for q in test_ids])
 
     # the first policy fit also fits the ranker whose cross-fitted scores the baselines use
     make_policy(fractions[0] * max(costs.values()), trainers[0])
@@ -210,11 +237,13 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     train_ids = [str(q) for q in base.train_qids_]
     doc = evaluate_budgets(make_policy, U.loc[train_ids].to_numpy(float), U.loc[test_ids].to_numpy(float),
                            np.array([costs[a] for a in arms]), ltr_train, ltr_test, arms, run.no_retrieval_arms()[0],
-                           fractions, trainers)
-    doc.update(costs_record=record, representation=pcfg.representation, seed=seed,
-               first_fit_seconds=fitted["first_fit_seconds"], lm=lm, on=on, params=pcfg.params)
+                           fractions, trainers, calibration=base.head_.calibration)
+    doc.update(costs_record=record, representation=pcfg.representation, seed=seed, lm=lm, on=on,
+               params=pcfg.params)
     if on == "design":
         doc["inner_seed"] = inner_seed
+    if saved_policy is not None:
+        doc["saved_policy"] = str(saved_policy)
     out = eval_dir(run, pcfg, on, None if seed == run.config.seed else seed)
     out.mkdir(parents=True, exist_ok=True)
     mid = fractions[len(fractions) // 2] * max(costs.values())
@@ -224,6 +253,7 @@ def evaluate_policy(run, *, representation: str | None = None, fractions=None, t
     write_text_atomic(out / "eval.json", json.dumps(doc, indent=1, default=float) + "\n")
     write_text_atomic(out / "budgets.md", budgets_markdown(doc, trainers))
     write_text_atomic(out / "budgets.csv", frame(doc).to_csv(index=False))
+    write_text_atomic(out / TIMINGS, json.dumps(timings, indent=1) + "\n")
     return doc
 
 
@@ -242,19 +272,42 @@ def policy_fingerprint(run) -> str:
 
     return hashlib.sha256(json.dumps({"policy": run.config.policy.to_dict(), "train": run.config.train.to_dict(),
                                       "protocol": run.config.protocol.to_dict(), "label": run.fingerprint_of("label"),
-                                      "features": run.fingerprint_of("features"), "seed": run.config.seed},
+                                      "features": run.fingerprint_of("features"), "seed": run.config.seed,
+                                      "version": POLICY_STAGE_VERSION},
                                      sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def policy_outputs(run) -> list[Path]:
+    """What the policy stage leaves: the evaluation's ``eval.json`` and the files of the saved
+    policy (its folder as eval.json records it) that ``ltrr route`` and ``ltrr serve`` read.
+
+    A deleted policy folder, or an eval.json that names none, makes the stage run again."""
+    out = eval_dir(run, run.config.policy) / "eval.json"
+    try:
+        saved = json.loads(out.read_text()).get("saved_policy") if out.is_file() else None
+    except (OSError, ValueError):
+        saved = None
+    if not saved:  # no policy on record: a path that never exists, so the stage is not fresh
+        return [out, out.parent / "saved_policy (not recorded in eval.json)"]
+    # by name under this workdir: eval.json may have been written from another working directory
+    folder = run.workdir / "policies" / Path(saved).name
+    files = [folder / "policy.json", folder / "head" / "head.json", folder / "head" / "head.safetensors",
+             folder / "ltr" / "router.json"]
+    if run.config.policy.representation == "lm":
+        files.append(folder / "lm_pca.safetensors")
+    return [out, *files]
+
+
 def stage_policy(run, *, force: bool = False) -> dict | None:
-    """`ltrr run`'s policy stage (when ``[policy]`` is enabled): the evaluation over budgets, then
-    the policy at ``[policy] budget`` trained on every labelled query. Skipped when unchanged."""
+    """`ltrr run`'s policy stage (when ``[policy]`` is enabled): the policy at ``[policy] budget``
+    trained on every labelled query, then the evaluation over budgets (its eval.json names the
+    saved policy). Skipped when unchanged and every output (`policy_outputs`) is there."""
     pcfg = run.config.policy
     if not pcfg.enabled:
         return None
     fp = policy_fingerprint(run)
     out = eval_dir(run, pcfg) / "eval.json"
-    if not force and run.is_fresh("policy", fp, [out]):
+    if not force and run.is_fresh("policy", fp, policy_outputs(run)):
         run.log(f"[policy] skipped: inputs unchanged, evaluation in {out.parent}")
         return json.loads(out.read_text())
     t0 = time.perf_counter()
@@ -262,9 +315,8 @@ def stage_policy(run, *, force: bool = False) -> dict | None:
             f"{', '.join(f'{f:.0%}' for f in pcfg.fractions)} of the top cost; train on the design part, "
             "measure on the test part")
     run.stage_record("policy").unlink(missing_ok=True)  # an older record never vouches for what is written below
-    doc = evaluate_policy(run)
     folder = train_policy(run)
-    doc["saved_policy"] = str(folder)
+    doc = evaluate_policy(run, saved_policy=folder)
     run.record("policy", fp, time.perf_counter() - t0, policy=str(folder))
     run.log(f"[policy] done in {time.perf_counter() - t0:.1f}s -> {out.parent}")
     return doc

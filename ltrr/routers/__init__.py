@@ -13,7 +13,7 @@ True
 """
 
 from ltrr.routers.knn import KNNRouter  # noqa: E402
-from ltrr.routers.ltr import LTRRouter  # noqa: E402
+from ltrr.routers.ltr import LTRRouter, resolve_index_dir  # noqa: E402
 from ltrr.routers.pipeline import Routed, RoutedPipeline  # noqa: E402
 from ltrr.routers.reference import (  # noqa: E402  (registers the reference routers)
     BestSingleRouter,
@@ -40,6 +40,7 @@ from ltrr.routers.trainfree import (
 __all__ = [
     "KNNRouter",
     "LTRRouter",
+    "resolve_index_dir",
     "RoutedPipeline",
     "Routed",
     "OracleRouter",

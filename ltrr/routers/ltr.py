@@ -25,7 +25,7 @@ from ltrr.rankers.tags import RankerTags, ranker_tags
 from ltrr.routers.reference import score_frame
 from ltrr.routers.trainfree import Router, routers
 
-__all__ = ["LTRRouter", "ROUTER_FORMAT", "GENERATOR_FILE"]
+__all__ = ["LTRRouter", "ROUTER_FORMAT", "GENERATOR_FILE", "resolve_index_dir"]
 
 ROUTER_FORMAT = 1
 #: beside router.json: the generator (backend settings and template) whose answers the router's
@@ -236,7 +236,9 @@ class LTRRouter(Router):
             raise NotBuiltError("this router has no pool config/index dir; train it with `ltrr train`")
         pc = self.pool_config
         pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
-        return pool.load(self.index_dir)
+        # a relative index_dir is relative to the folder `ltrr train` ran in: found from here or
+        # from the folder this router was loaded from (`resolve_index_dir`)
+        return pool.load(resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None)))
 
     def route(self, question: str) -> pd.DataFrame:
         """Rank the arms for one question: DataFrame[arm, score, rank], best first.
@@ -347,11 +349,66 @@ class LTRRouter(Router):
         router.arms_ = list(meta["arms"])
         router.no_retrieval_ = list(meta["no_retrieval"])
         router.n_train_queries_ = int(meta["n_train_queries"])
+        router.loaded_from_ = path  # where `make_pool` looks for a relative index_dir
         router.labelled_with_ = None
         if (path / GENERATOR_FILE).is_file():
             gen = read_saved_meta(path / GENERATOR_FILE, "train the router again with `ltrr train CONFIG`")
             router.labelled_with_ = _generator_record(gen, str(path / GENERATOR_FILE))
         return router
+
+
+def resolve_index_dir(index_dir: str | Path, saved_in: str | Path | None = None) -> Path:
+    """The folder of a saved router's indexes, found wherever the router is used from.
+
+    A router saved by ``ltrr train`` records ``index_dir`` as the run gave it, often relative
+    to the project folder it was trained in (``data/indexes/demo``), and the saved file is
+    kept as it is. A relative ``index_dir`` is looked for first under the current folder, then
+    under ``saved_in`` (the folder the router was loaded from) and each of its ancestors (a
+    model folder ``runs/<name>/models/<ranker>`` lies under the project folder); the first
+    that exists is returned. An absolute ``index_dir`` is returned as it is.
+
+    Parameters
+    ----------
+    index_dir : str or Path
+        The router's ``index_dir``.
+    saved_in : str or Path, optional
+        The folder the router (or the policy holding it) was loaded from.
+
+    Returns
+    -------
+    Path
+        ``index_dir`` itself when it exists from the current folder, else the first existing
+        candidate.
+
+    Raises
+    ------
+    NotBuiltError
+        No candidate exists; the message lists the paths tried.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "data" / "indexes" / "demo").mkdir(parents=True)
+    >>> (root / "runs" / "demo" / "models" / "m").mkdir(parents=True)
+    >>> found = resolve_index_dir("data/indexes/demo", root / "runs" / "demo" / "models" / "m")
+    >>> found == (root / "data" / "indexes" / "demo").resolve()
+    True
+    """
+    given = Path(index_dir)
+    if given.is_absolute() or given.is_dir():
+        return given
+    tried = [Path.cwd() / given]
+    if saved_in is not None:
+        folder = Path(saved_in).resolve()
+        tried += [base / given for base in (folder, *folder.parents) if base / given not in tried]
+    for candidate in tried[1:]:
+        if candidate.is_dir():
+            return candidate
+    raise NotBuiltError(
+        f"index folder {str(index_dir)!r} (as the router was trained, relative to the folder it was trained in) "
+        f"not found; tried {', '.join(str(t) for t in tried)}; run from the project folder it was trained in, "
+        "or build the index there with `ltrr index CONFIG`")
 
 
 def _generator_record(obj: Any, where: str) -> dict:
