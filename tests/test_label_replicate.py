@@ -2,9 +2,10 @@
 recorded so the next `ltrr label` generates them, and checked by `ltrr protocol` before it
 writes anything; and the protocol's own fold count named in its errors.
 
-A small run with a deterministic stand-in reader (each test makes its own folder), so the
-replicate can be left out of the generation cache: the main labels are generated first
-without a replicate template, then the replicate is asked for with ``--cache-only``.
+A small run with test_pipeline_e2e's deterministic stand-in reader (each test makes its own
+folder), so the replicate can be left out of the generation cache: the main labels are
+generated first without a replicate template, then the replicate is asked for with
+``--cache-only``.
 """
 
 from __future__ import annotations
@@ -13,41 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_pipeline_e2e import _register_reader
 
 from ltrr.cli import main
 
 WORDS = ["canberra", "paris", "everest", "nile", "leonardo"]
 TYPES = ["alpha", "beta", "gamma"]
-
-
-def _register_reader():
-    """Answers with the first word of the last document shown ('unknown' closed-book)."""
-    from ltrr.generation import generators
-    from ltrr.generation.base import Generation, Generator
-
-    if "test-replicate-reader" in generators:
-        return
-
-    class Reader(Generator):
-        backend = "test-replicate-reader"
-
-        def __init__(self, model=None):
-            self.model = model
-
-        @property
-        def identity(self):
-            return "test-replicate-reader-1"
-
-        def generate(self, prompts, params=None):
-            out = []
-            for p in prompts:
-                text = p if isinstance(p, str) else "\n".join(m["content"] for m in p)
-                docs = text.split("Document ")[1:]
-                word = docs[-1].split(":", 1)[1].split()[0] if docs else "unknown"
-                out.append(Generation(text=word, prompt_tokens=len(text.split()), completion_tokens=1))
-            return out
-
-    generators.register("test-replicate-reader", Reader)
 
 
 def _project(root: Path, *, replicate: bool, protocol: str = "") -> Path:
@@ -85,7 +57,7 @@ k = 1
 name = "none"
 retriever = "none"
 [generation]
-backend = "test-replicate-reader"
+backend = "test-last-doc"
 max_new_tokens = 8
 cache = "{root / 'cache.sqlite'}"
 [labels]
