@@ -63,7 +63,8 @@ class LabelsSection(Section):
     extra_metrics: list = setting(list, [], help="more answer metrics, kept beside the label")
     noise_floor: bool = setting(bool, True, help="measure the noise floor of the labels")
     noise_floor_arm: str = setting(str, "", help="the arm whose answers measure the noise floor")
-    tolerate_failures: bool = setting(bool, False, help="label a failed generation as wrong instead of stopping")
+    tolerate_failures: bool = setting(bool, False, help="keep going past a failed generation: its query is left unlabelled "
+                                   "(NaN gains) and the next run generates it again, instead of stopping")
     judge: dict = setting(dict, {}, help="settings of an LLM judge metric")
     likelihood: bool = setting(bool, False, help="also the generator's log-probability of the gold answer "
                                                  "(teacher forcing), per item")

@@ -56,6 +56,7 @@ retriever = "none"
 [generation]
 backend = "transformers"
 model = "{root / 'tiny'}"
+template = "short_answer"
 max_new_tokens = 4
 cache = "{root / name / 'cache.sqlite'}"
 [labels]

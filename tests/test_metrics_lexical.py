@@ -334,6 +334,23 @@ def test_semsim_cosine_max_over_aliases_and_empty_prediction():
     assert len(enc.seen) == 1 and sorted(enc.seen[0]) == sorted(set(enc.seen[0]))
 
 
+def test_semsim_stays_within_its_documented_range():
+    """A float32 dot of a normalised vector with itself passed 1 by an ulp (1.000000238)."""
+
+    class Random(TableEncoder):
+        def _encode(self, texts, batch_size, show_progress):
+            return np.stack([np.random.default_rng(sum(map(ord, t))).normal(size=384) for t in texts]).astype(np.float32)
+
+        @property
+        def dim(self):
+            return 384
+
+    texts = [f"answer {i}" for i in range(60)]
+    v = SemSim().bind(encoder=Random()).score_batch(["q"] * 60, texts, [[t, "-" + t] for t in texts])
+    assert v.max() <= 1.0 and v.min() >= -1.0
+    np.testing.assert_allclose(v, 1.0, atol=1e-6)  # each text is its own best alias
+
+
 @pytest.mark.slow
 def test_semsim_with_the_packaged_minilm():
     from ltrr.embed import get_encoder

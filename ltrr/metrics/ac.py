@@ -29,6 +29,9 @@ Deliberate differences from calling ragas directly, each for a reason:
 
 - an empty prediction scores 0 without a judge call: ragas treats "no statements" as a perfect
   factuality of 1.0, which would make an empty answer score at least 0.75.
+- not handled: a non-empty answer the judge splits into no statement (a refusal such as "I
+  don't know", depending on the judge) still gets ragas' perfect factuality, so it can score
+  0.75 or more; the statements are ragas' internals, which ltrr does not parse.
 - a failed judge call fails the item (NaN plus an error in ``score_details``; `GenerationError`
   from ``score_batch``), even when another alias was scored: a max over the aliases that
   happened to succeed would bias the label upwards.

@@ -35,6 +35,7 @@ __all__ = [
     "EM",
     "F1",
     "Contains",
+    "Recall",
 ]
 
 _PUNCT = frozenset(string.punctuation)

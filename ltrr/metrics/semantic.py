@@ -41,7 +41,9 @@ class _SemSimScorer(Scorer):
                 values.append(0.0)
                 details.append({"empty_prediction": True})
                 continue
-            sims = [float(np.dot(vec[pred], vec[a])) for a in al]
+            # float64 and clipped: a float32 dot of a unit vector with itself can pass 1 by an ulp
+            sims = [float(np.clip(np.dot(np.asarray(vec[pred], np.float64), np.asarray(vec[a], np.float64)), -1.0, 1.0))
+                    for a in al]
             best = int(np.argmax(sims))
             values.append(sims[best])
             details.append({"best_alias": best})

@@ -88,10 +88,14 @@ def check_label_settings(run: RunContext) -> None:
     except LtrrError as exc:
         raise ConfigError(f"[labels] {exc}") from None
     try:
-        load_template(gcfg.template)
+        template = load_template(gcfg.template)
         check_generator_options(backend_settings(gcfg))
     except LtrrError as exc:
         raise ConfigError(f"[generation] {exc}") from None
+    if lcfg.likelihood and template.answer_format != "plain":
+        raise ConfigError(f"[labels] likelihood = true scores the bare gold answer, but [generation] template "
+                          f"{gcfg.template!r} asks for a {template.answer_format} answer: use a plain-answer "
+                          "template (short_answer, few_shot) or likelihood = false")
 
 
 def check_config_names(run: RunContext, *, labelling: bool = True) -> None:
