@@ -249,3 +249,49 @@ def test_not_utf8_is_one_clear_error(tmp_path):
     p.write_bytes(json.dumps({"qid": "q1", "question": "x"}).encode() + b"\n" + '{"qid": "q2", "question": "caf\xe9"}\n'.encode("latin-1"))
     with pytest.raises(DataError, match=r"queries.jsonl:2: not UTF-8 text .*save the file as UTF-8"):
         load_queries(p)
+
+
+def _jsonl(path, rows):
+    return _write(path, [json.dumps(r) for r in rows])
+
+
+def test_numeric_ids_are_text_value_by_value_and_a_null_id_names_its_line(tmp_path):
+    """A JSON number id became text only after pandas had made the whole column float: 1 read
+    as "1.0" in the queries and corpus while the qrels said "1", and nothing matched."""
+    d = tmp_path / "own"
+    d.mkdir()
+    _jsonl(d / "queries.jsonl", [{"qid": 1, "question": "a?"}, {"qid": 3.5, "question": "b?"},
+                                 {"qid": "007", "question": "c?"}, {"qid": 7, "question": "d?"}])
+    _jsonl(d / "corpus.jsonl", [{"docid": 1, "text": "x"}, {"docid": 2.5, "text": "y"}])
+    _jsonl(d / "qrels.jsonl", [{"qid": 1, "docid": 1, "relevance": 1}, {"qid": 7, "docid": 1, "relevance": 1}])
+    ds = load_dataset(d)
+    assert ds.queries["qid"].tolist() == ["1", "3.5", "007", "7"]
+    assert ds.corpus["docid"].tolist() == ["1", "2.5"]
+    assert ds.qrels[["qid", "docid"]].values.tolist() == [["1", "1"], ["7", "1"]]
+    _jsonl(d / "corpus.jsonl", [{"docid": 1, "text": "x"}, {"docid": None, "text": "y"}])
+    with pytest.raises(DataError, match=r"corpus.jsonl:2: docid must be a string or a number, got null"):
+        load_corpus(d / "corpus.jsonl")
+    _jsonl(tmp_path / "beir.jsonl", [{"_id": "d1", "text": "x"}, {"text": "no id"}])
+    with pytest.raises(DataError, match=r"beir.jsonl:2: missing field _id"):  # was the docid "None"
+        load_corpus(tmp_path / "beir.jsonl")
+
+
+def test_a_row_without_qtype_or_group_gets_the_defaults():
+    """In a file where some rows have them, the others were NaN (one group of every such query,
+    and a traceback in leave-one-type-out)."""
+    df = validate_queries(pd.DataFrame([{"qid": "a", "question": "x?", "qtype": "t1", "group": "g"},
+                                        {"qid": "b", "question": "y?"}]))
+    assert df["qtype"].tolist() == ["t1", "unknown"] and df["group"].tolist() == ["g", "b"]
+
+
+def test_an_answers_file_string_is_one_alias(tmp_path):
+    """`[data] answers` attached its answers unchecked: "paris" was scored as p, a, r, i, s."""
+    from ltrr.data.irds import attach_answers
+
+    queries = validate_queries(pd.DataFrame({"qid": ["007", "7"], "question": ["x?", "y?"]}))
+    _jsonl(tmp_path / "answers.jsonl", [{"qid": "007", "answers": "paris"}, {"qid": "7", "answers": ["a", "b"]}])
+    out = attach_answers(queries, tmp_path / "answers.jsonl")
+    assert out["answers"].tolist() == [["paris"], ["a", "b"]]
+    _jsonl(tmp_path / "bad.jsonl", [{"qid": "7", "answers": [3]}])
+    with pytest.raises(DataError, match=r"bad.jsonl: queries: answers of qid '7' must be strings, got int 3"):
+        attach_answers(queries, tmp_path / "bad.jsonl")

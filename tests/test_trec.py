@@ -96,6 +96,22 @@ def test_write_runs_keyed_and_replaced_when_inputs_change(tmp_path):
     assert json.loads((tmp_path / "trec" / "runs.json").read_text())["key"]["topics"] == other.topics
 
 
+def test_an_id_a_trec_file_cannot_hold_is_refused_before_the_folder_is_touched(tmp_path):
+    """A docid with whitespace (legal elsewhere) failed after some run files of the new inputs
+    were written beside the old runs.json: a folder of runs of two inputs."""
+    res = _results()
+    queries = pd.DataFrame({"qid": ["q1", "q2"], "question": ["a", "b"]})
+    qrels = pd.DataFrame({"qid": ["q1"], "docid": ["d1q1"], "relevance": [1]})
+    runs = {a: g for a, g in res.groupby("arm", sort=False)}
+    write_trec_runs(runs, tmp_path / "trec", RunKey.of("fp1", queries, qrels, "ds"), log=lambda m: None)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "trec").iterdir()}
+    bad = {"bm25+stoch": runs["bm25+stoch"],
+           "bm25": runs["bm25"].assign(docid=lambda d: d["docid"].where(d["rank"] < 2, "doc 7"))}
+    with pytest.raises(DataError, match="cannot hold the docid 'doc 7'"):
+        write_trec_runs(bad, tmp_path / "trec", RunKey.of("fp2", queries, qrels, "ds"), log=lambda m: None)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "trec").iterdir()} == before
+
+
 @pytest.mark.parametrize(("line", "what"), [
     ("q1 Q0 d1 1 2.5", "has 6 fields .* this one has 5"),
     ("q1 Q0 d1 first 2.5 tag", "rank 'first' is not an integer"),

@@ -83,8 +83,25 @@ def _check_row(path: Path, lineno: int, obj, required: tuple[str, ...]) -> dict:
     return obj
 
 
+def _text_ids(path: Path, rows: list[dict], fields: tuple[str, ...]) -> list[dict]:
+    """The id ``fields`` of JSONL ``rows`` as text, each value on its own (a JSON number ``1`` is
+    ``"1"``, ``3.5`` is ``"3.5"``): a DataFrame made first would give a column holding one float
+    floats throughout, so ``1`` became ``"1.0"`` and no longer matched the qrels' ``"1"``. A
+    missing (null), boolean or structured id is a ``file:line`` error."""
+    for i, r in enumerate(rows, 1):
+        for f in fields:
+            if f not in r:
+                continue
+            v = r[f]
+            if v is None or isinstance(v, (bool, list, dict)):
+                raise DataError(f"{path}:{i}: {f} must be a string or a number, got {json.dumps(v)}")
+            r[f] = v if isinstance(v, str) else str(v)
+    return rows
+
+
 def read_table(path: str | Path, *, required: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Read a ``.jsonl`` or ``.parquet`` table."""
+    """Read a ``.jsonl`` or ``.parquet`` table (a JSONL file's ``qid`` and ``docid`` as text,
+    value by value)."""
     path = Path(path)
     if not path.exists():
         raise NotBuiltError(f"{path}: no such file")
@@ -98,7 +115,7 @@ def read_table(path: str | Path, *, required: tuple[str, ...] = ()) -> pd.DataFr
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
         return df
     if path.suffix in (".jsonl", ".json"):
-        return pd.DataFrame(read_jsonl(path, required=required))
+        return pd.DataFrame(_text_ids(path, read_jsonl(path, required=required), ("qid", "docid")))
     raise DataError(f"{path}: unsupported table format {path.suffix!r}; use .jsonl or .parquet")
 
 
@@ -108,10 +125,11 @@ def load_queries(path: str | Path, *, require_answers: bool = False) -> pd.DataF
     if path.suffix == ".jsonl":
         rows = read_jsonl(path)
         if rows and "_id" in rows[0]:  # BEIR layout: _id, text, metadata
-            rows = [_beir_query(path, i, r) for i, r in enumerate(rows, 1)]
+            rows = [_beir_query(path, i, r) for i, r in enumerate(_text_ids(path, rows, ("_id",)), 1)]
             if any("answers" in r for r in rows):  # a query without metadata.answers among queries
                 for r in rows:                     # with them has none, as in a folder without any
                     r.setdefault("answers", [])
+        _text_ids(path, rows, ("qid",))
         for i, r in enumerate(rows, 1):
             for key in ("qid", "question"):
                 if key not in r:
@@ -126,8 +144,9 @@ def load_queries(path: str | Path, *, require_answers: bool = False) -> pd.DataF
 
 
 def _beir_query(path: Path, lineno: int, r: dict) -> dict:
-    if "text" not in r:
-        raise DataError(f"{path}:{lineno}: missing field text")
+    for key in ("_id", "text"):
+        if key not in r:
+            raise DataError(f"{path}:{lineno}: missing field {key}")
     meta = r.get("metadata") or {}
     out = {"qid": str(r["_id"]), "question": r["text"]}
     if isinstance(meta, dict) and "answers" in meta:
@@ -141,7 +160,12 @@ def load_corpus(path: str | Path) -> pd.DataFrame:
     if path.suffix == ".jsonl":
         rows = read_jsonl(path)
         if rows and "_id" in rows[0]:
-            rows = [{"docid": str(r.get("_id")), "title": r.get("title", ""), "text": r.get("text")} for r in rows]
+            for i, r in enumerate(rows, 1):
+                if "_id" not in r:  # was the docid "None"
+                    raise DataError(f"{path}:{i}: missing field _id")
+            rows = [{"docid": r["_id"], "title": r.get("title", ""), "text": r.get("text")}
+                    for r in _text_ids(path, rows, ("_id",))]
+        _text_ids(path, rows, ("docid",))
         for i, r in enumerate(rows, 1):
             for key in ("docid", "text"):
                 if key not in r:

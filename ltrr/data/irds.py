@@ -84,6 +84,7 @@ def attach_answers(queries: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     since it means the file belongs to another topic set.
     """
     from ltrr.data.io import read_table
+    from ltrr.data.schema import validate_queries
 
     path = Path(path)
     table = read_table(path, required=("qid", "answers"))
@@ -97,7 +98,10 @@ def attach_answers(queries: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     by_qid = dict(zip(table["qid"], table["answers"], strict=True))
     out = queries.copy()
     out["answers"] = [by_qid.get(str(q), old) for q, old in zip(out["qid"], out["answers"], strict=True)]
-    return out
+    try:  # checked as a queries file's answers are: one string is one alias, never its letters
+        return validate_queries(out)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
 
 
 def load_irds(name: str, *, answers: str | Path | None = None):

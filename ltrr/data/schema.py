@@ -74,8 +74,9 @@ def validate_queries(df: pd.DataFrame, *, require_answers: bool = False) -> pd.D
         df["qtype"] = "unknown"
     if "group" not in df.columns:
         df["group"] = df["qid"]
-    df["qtype"] = df["qtype"].astype(str)
-    df["group"] = df["group"].astype(str)
+    # a row without them (in a file where other rows have them) gets the same defaults
+    df["qtype"] = df["qtype"].fillna("unknown").astype(str)
+    df["group"] = df["group"].fillna(df["qid"]).astype(str)
     return df.reset_index(drop=True)
 
 

@@ -263,11 +263,19 @@ def write_trec_runs(runs: dict[str, pd.DataFrame], folder: str | Path, key: RunK
     """Write each run as ``folder/<name>.trec`` and the record ``folder/runs.json``.
 
     Run files that an earlier call wrote from other inputs (another `RunKey`) are removed
-    first, and the replacement is said, so a folder never mixes runs of different inputs.
+    first, and the replacement is said, so a folder never mixes runs of different inputs; an id
+    no TREC file can hold (empty, or with whitespace) is refused before anything is removed or
+    written.
     """
     from ltrr._atomic import write_text_atomic
 
     folder = Path(folder)
+    for name, df in runs.items():  # every id a TREC file cannot hold is refused before anything is removed
+        _token(name, "run name")
+        for col, what in (("qid", "qid"), ("docid", "docid")):
+            if col in df.columns:
+                for v in pd.unique(df[col]):
+                    _token(v, what)
     old = read_run_key(folder)
     if old is not None and old != key:
         log(f"[trec] {folder} held runs of other inputs ({', '.join(old.differences(key)) or 'dataset'} differ): "
