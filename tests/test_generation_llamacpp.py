@@ -297,3 +297,24 @@ def test_a_misnumbered_part_is_a_clear_error(parted):
 def test_an_unknown_model_name_lists_the_packaged_ones():
     with pytest.raises(ConfigError, match="qwen2.5-coder-0.5b"):
         model_file("qwen-7b")
+
+
+def test_a_cancelled_scope_stops_generation_and_nothing_is_cached(gen, tmp_path):
+    """The server sets a request's scope when its client leaves: the generation under way stops
+    at its next token and fails, so no cache keeps a cut answer."""
+    import threading
+
+    from ltrr.generation import CachedGenerator, GenerationCache
+    from ltrr.generation.base import CANCELLED, cancel_scope
+
+    params = DecodingParams(max_new_tokens=16)
+    ev = threading.Event()
+    with cancel_scope(ev):
+        assert gen.generate([RAG], params)[0].ok  # an unset scope changes nothing
+        ev.set()
+        cached = CachedGenerator(gen, GenerationCache(tmp_path / "c.sqlite"))
+        out = cached.generate([RAG], params)[0]
+    assert out.error == CANCELLED and out.text == "" and out.completion_tokens == 0
+    assert cached.cache.stats()["rows"] == 0
+    assert cached.generate([RAG], params)[0].ok  # outside the scope: generated, then cached
+    assert cached.cache.stats()["rows"] == 1

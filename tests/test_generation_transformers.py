@@ -114,6 +114,24 @@ def test_tiny_folder_greedy_is_deterministic_and_counted(tiny):
     assert gen.count_tokens("the capital of australia") == 4
 
 
+def test_a_cancelled_scope_stops_the_tiny_model_mid_answer(tiny):
+    """A stopping criterion reads the thread's cancel scope between tokens (the server sets it
+    when a client leaves): the generation fails, so no cache keeps a cut answer."""
+    import threading
+
+    from ltrr.generation.base import CANCELLED, cancel_scope
+
+    gen = TransformersGenerator(tiny)
+    params = DecodingParams(max_new_tokens=6)
+    ev = threading.Event()
+    with cancel_scope(ev):
+        assert gen.generate(["the capital"], params)[0].ok
+        ev.set()
+        out = gen.generate(["the capital"], params)[0]
+    assert out.error == CANCELLED and out.text == "" and out.completion_tokens == 0
+    assert gen.generate(["the capital"], params)[0].ok  # the scope ended with the block
+
+
 def test_tiny_folder_sampling_is_seeded(tiny):
     gen = TransformersGenerator(tiny)
     hot = [DecodingParams(max_new_tokens=8, temperature=1.0, seed=s) for s in (11, 11, 12, 13, 14)]

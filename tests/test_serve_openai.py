@@ -126,6 +126,31 @@ def test_abandoned_requests_are_never_generated():
         assert service.answers == 2 and service.routes == 4
 
 
+def test_a_generation_under_way_stops_when_its_client_leaves():
+    """A client whose timeout is shorter than one generation (retried by the openai client, each
+    try cost a whole generation): the answer under way stops at its next token."""
+    from ltrr.generation.base import cancel_requested
+
+    seen = threading.Event()
+
+    class TokenByToken(FakeService):
+        def answer(self, routed, question, decoding=None):
+            self.answers += 1
+            for _ in range(2000):  # a long answer, one "token" every 10 ms, as a backend checks
+                if cancel_requested():
+                    seen.set()
+                    raise RuntimeError("generation failed: cancelled")
+                time.sleep(0.01)
+            return super().answer(routed, question, decoding)
+
+    service = TokenByToken()
+    with _serve(service, timeout_s=30) as server:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(server.url + "/v1/chat/completions", json={"model": "ltrr", "messages": MSGS}, timeout=0.5)
+        assert seen.wait(15)  # the generation saw its request abandoned, long before its 20 s end
+        assert service.answers == 1 and httpx.get(server.url + "/health").json()["queue"] == 0
+
+
 # ---- 3. a full queue is refused before routing, with Retry-After --------------------------
 def test_full_queue_costs_no_routing_and_says_when_to_retry():
     gate = threading.Event()

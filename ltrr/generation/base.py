@@ -6,8 +6,10 @@ latency and, when the call failed for good, the error (never a silent empty answ
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +20,47 @@ __all__ = [
     "GeneratorWrapper",
     "WrapsGenerator",
     "count_prompt_tokens",
+    "cancel_scope",
+    "cancel_requested",
+    "CANCELLED",
 ]
+
+#: the error of a generation stopped by its `cancel_scope` (never cached: it failed)
+CANCELLED = "cancelled: the request it was made for was abandoned"
+_CANCEL = threading.local()
+
+
+@contextlib.contextmanager
+def cancel_scope(event: threading.Event) -> Iterator[None]:
+    """Generations on this thread stop at their next token once ``event`` is set.
+
+    A backend that decodes token by token (llama.cpp, transformers) checks `cancel_requested`
+    between tokens and returns a failed `Generation` (``error`` `CANCELLED`), which no cache
+    stores. The server sets the event when a request times out or its client disconnects, so
+    an abandoned request no longer holds the one generator for its whole answer.
+
+    Examples
+    --------
+    >>> ev = threading.Event()
+    >>> with cancel_scope(ev):
+    ...     before = cancel_requested()
+    ...     ev.set()
+    ...     after = cancel_requested()
+    >>> before, after, cancel_requested()
+    (False, True, False)
+    """
+    previous = getattr(_CANCEL, "event", None)
+    _CANCEL.event = event
+    try:
+        yield
+    finally:
+        _CANCEL.event = previous
+
+
+def cancel_requested() -> bool:
+    """Whether the `cancel_scope` of this thread, if any, has been set."""
+    event = getattr(_CANCEL, "event", None)
+    return event is not None and event.is_set()
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ltrr._errors import ConfigError, DataError
 from ltrr._registry import require
-from ltrr.generation.base import DecodingParams, Generation, Generator
+from ltrr.generation.base import CANCELLED, DecodingParams, Generation, Generator, cancel_requested
 from ltrr.generation.transformers_backend import file_sha256
 
 __all__ = ["LlamaCppGenerator", "gguf_metadata"]
@@ -384,7 +384,8 @@ class LlamaCppGenerator(Generator):
         Greedy when ``params.temperature`` is 0; otherwise top-p sampling seeded with
         ``params.seed``. Stops at the end-of-generation token, ``max_new_tokens`` or a stop
         string (the text is cut before it, or ends with it when ``keep_stop``: the router
-        loop's closing tags). The finish reason is ``eos``, ``stop`` or ``length``; an end-of-turn
+        loop's closing tags). The finish reason is ``eos``, ``stop``, ``length``, or ``cancelled``
+        when this thread's `ltrr.generation.base.cancel_scope` was set; an end-of-turn
         token ends the ids (a policy in training learns to stop) but not the text.
         """
         llama = self.llama
@@ -401,6 +402,9 @@ class LlamaCppGenerator(Generator):
             stream = llama.generate(list(ids), reset=True, repeat_penalty=1.0, **kwargs)
             try:
                 for token in stream:
+                    if cancel_requested():  # its request was abandoned (`cancel_scope`)
+                        finish = "cancelled"
+                        break
                     if token in eog:
                         new.append(int(token))
                         finish = "eos"
@@ -444,6 +448,10 @@ class LlamaCppGenerator(Generator):
             except (RuntimeError, ValueError) as exc:
                 out.append(Generation(text="", prompt_tokens=len(ids), latency_s=time.perf_counter() - start,
                                       error=f"{type(exc).__name__}: {exc}"))
+                continue
+            if finish == "cancelled":
+                out.append(Generation(text="", prompt_tokens=len(ids), latency_s=time.perf_counter() - start,
+                                      error=CANCELLED))
                 continue
             extra: dict[str, Any] = {"finish_reason": "length" if finish == "length" else "stop"}
             if cut:

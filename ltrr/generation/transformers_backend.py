@@ -19,7 +19,7 @@ from typing import Any
 
 from ltrr._atomic import sha256_file
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
-from ltrr.generation.base import DecodingParams, Generation, Generator
+from ltrr.generation.base import CANCELLED, DecodingParams, Generation, Generator, cancel_requested
 
 __all__ = ["TransformersGenerator", "default_model_path", "file_sha256", "folder_sha256"]
 
@@ -129,7 +129,21 @@ def stop_criteria(tokenizer: Any, stops: Sequence[str], n_prompt: int) -> Any:
             ]
             return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-    return StoppingCriteriaList([StopOnStrings()])
+    return StoppingCriteriaList([StopOnStrings()] if stops else [])
+
+
+def cancel_criteria(criteria: Any) -> Any:
+    """``criteria`` (a ``StoppingCriteriaList``) with one more that ends decoding once this
+    thread's `ltrr.generation.base.cancel_scope` is set."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class StopWhenCancelled(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full((input_ids.shape[0],), cancel_requested(), dtype=torch.bool, device=input_ids.device)
+
+    criteria.append(StopWhenCancelled())
+    return criteria
 
 
 class TransformersGenerator(Generator):
@@ -403,8 +417,7 @@ class TransformersGenerator(Generator):
         else:
             # Explicit Nones silence warnings from sampling defaults, which greedy decoding ignores.
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, repetition_penalty=1.0)
-        if params.stop:
-            kwargs["stopping_criteria"] = stop_criteria(tokenizer, params.stop, n_in)
+        kwargs["stopping_criteria"] = cancel_criteria(stop_criteria(tokenizer, params.stop, n_in))
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         try:
             # fork_rng keeps the seed local to this call instead of resetting the caller's RNG.
@@ -420,6 +433,8 @@ class TransformersGenerator(Generator):
                 latency_s=time.perf_counter() - start,
                 error=f"{type(exc).__name__}: {exc}",
             )
+        if cancel_requested():  # stopped by its `cancel_scope`: a failed generation, never cached
+            return Generation(text="", prompt_tokens=n_in, latency_s=time.perf_counter() - start, error=CANCELLED)
         new_ids = out[0, n_in:].tolist()
         text = tokenizer.decode(new_ids, skip_special_tokens=True)
         finish = "stop" if (eos is not None and eos in new_ids) else "length"

@@ -15,7 +15,8 @@ is serial (one CPU-bound model): requests queue for a single generation worker. 
 ``max_queue`` requests may be routing or waiting for the worker (a request past that answers 429
 before any retrieval), and a request waits at most ``timeout_s`` for its answer, routing
 included (then 503); both carry ``Retry-After`` (about one generation's seconds). A request whose
-client disconnects is dropped: its routing is not waited for and its generation never starts.
+client disconnects is dropped: its routing is not waited for, its generation never starts, and
+one under way stops at its next token (`ltrr.generation.base.cancel_scope`; nothing is cached).
 
 Decoding: a request's ``max_tokens`` (or ``max_completion_tokens``), ``temperature``,
 ``top_p``, ``stop`` and ``seed`` are honoured, each checked as OpenAI checks it (a bad value is a
@@ -39,11 +40,13 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ltrr.generation.base import cancel_scope
 from ltrr.serve import _requests as req
 from ltrr.serve._requests import Reject as _Reject
 
@@ -290,10 +293,12 @@ def create_app(service, settings: "ServeSettings | None" = None):
         model = _model(body)
         fut = _admit()  # before routing: a full queue costs no retrieval
         started: dict[str, float] = {}
+        abandoned = threading.Event()  # set when the request gives up: its generation stops at the next token
 
         def job():
             started["t"] = time.perf_counter()
-            return service.answer(routed, question, decoding)
+            with cancel_scope(abandoned):
+                return service.answer(routed, question, decoding)
 
         try:
             routed = await _within(run_in_threadpool(service.route, model, question), request, deadline)
@@ -308,6 +313,8 @@ def create_app(service, settings: "ServeSettings | None" = None):
                 raise _Reject(500, "generation failed", "server_error") from None
         finally:
             fut.cancel()  # no-op once answered; otherwise it leaves the queue and the worker skips it
+            if fut.cancelled():
+                abandoned.set()  # a generation under way for it stops (nothing is cached)
         waited = started.get("t", queued_at) - queued_at
         cid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created, finish = int(time.time()), out.get("finish_reason", "stop")
