@@ -298,7 +298,7 @@ def bench_runtimes(model: str, n: int, threads: int, max_new_tokens: int, seed: 
         return len(ids), pre, new - 1, total - pre
 
     def run_hf(msgs):
-        ids = torch.tensor([hf._encode_ids(hf.render(msgs))])
+        ids = torch.tensor([hf.encode_ids(hf.render(msgs))])
         with torch.inference_mode():
             t0 = time.perf_counter()
             net(input_ids=ids)

@@ -224,6 +224,33 @@ def test_run_make_router_gives_each_router_the_runs_seed_and_no_retrieval_arm(en
     assert run.make_router("maxsim").get_params() == {}
 
 
+def test_a_packed_arms_normalised_settings_are_in_the_retrieve_fingerprint(env):
+    """The fingerprint hashed the pack table as written: when the default of top_m changed (every
+    listed arm), a run's old passages stayed "up to date"; and two spellings of one packing
+    differed."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg, _ = _tiny(env)
+    base = cfg.read_text() + """
+[[arms]]
+name = "bm25-top1"
+retriever = "bm25"
+k = 1
+[[arms]]
+name = "packed"
+retriever = "packed"
+"""
+
+    def fingerprint(pack: str) -> str:
+        cfg.write_text(base + f"pack = {pack}\n")
+        return Run(load_config(str(cfg))).retrieve_fingerprint()
+
+    implicit = fingerprint('{arms = ["bm25", "bm25-top1"], budget = 64}')
+    assert implicit == fingerprint('{arms = ["bm25", "bm25-top1"], budget = 64, top_m = 2, selector = "knapsack"}')
+    assert implicit != fingerprint('{arms = ["bm25", "bm25-top1"], budget = 64, selector = "greedy"}')
+
+
 def test_a_bad_shard_fails_before_any_stage_runs(env, capsys):
     """--shard is checked with --scheduler, before the data, index and retrieve stages (it
     failed only after them: an index built for nothing)."""

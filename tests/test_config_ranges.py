@@ -48,7 +48,7 @@ BAD_VALUES = [
     ("eval", "test_size", 0.0, r"\[eval\]\.test_size must be a number in \(0, 1\), got 0\.0"),
     ("eval", "test_size", 1.0, r"\[eval\]\.test_size must be a number in \(0, 1\), got 1\.0"),
     ("eval", "test_size", math.nan, r"\[eval\]\.test_size must be a number in \(0, 1\), got nan"),
-    ("eval", "n_folds", 1, r"\[eval\]\.n_folds must be an integer >= 2, got 1"),
+    ("eval", "n_folds", 0, r"\[eval\]\.n_folds must be an integer >= 1, got 0"),
     ("eval", "n_bootstrap", -1, r"\[eval\]\.n_bootstrap must be an integer >= 1, got -1"),
     ("eval", "correction", "bogus", r"\[eval\]\.correction must be one of none, bonferroni, holm, got 'bogus'"),
     ("eval", "k", 0, r"\[eval\]\.k must be an integer >= 1, got 0"),
@@ -97,6 +97,16 @@ EDGE_VALUES = [
     ("policy", "trainers", ["exact"]), ("policy", "latency_weight", 0.0), ("agent", "max_turns", 0),
     ("agent", "alpha", 1.0), ("agent", "token_price", 0.0), ("labels", "replicate", "all"),
 ]
+
+
+def test_eval_n_folds_of_1_is_refused_only_with_the_kfold_split():
+    """Only the kfold split reads [eval] n_folds: 1 is fine for the others."""
+    d = _with("eval", "n_folds", 1)
+    d["eval"]["splits"] = ["balanced", "leave-one-type-out"]
+    assert validate(d).eval.n_folds == 1
+    d["eval"]["splits"] = ["balanced", "kfold"]
+    with pytest.raises(ConfigError, match=r"\[eval\]\.n_folds must be an integer >= 2 for the kfold split, got 1"):
+        validate(d, "<t>")
 
 
 def _with(table: str, key: str, value) -> dict:

@@ -752,6 +752,11 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert json.loads((root / "pol" / "policy" / "eval-features" / "eval.json").read_text()) == ev
     assert main(["run", str(cfg)]) == 0
     assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
+    # a standalone evaluation rewrites the stage's eval.json (without saved_policy): the stage
+    # record names the policy, so the next run still skips
+    assert main(["policy", "eval", str(cfg)]) == 0
+    assert main(["run", str(cfg)]) == 0
+    assert "[policy] skipped: inputs unchanged" in capsys.readouterr().out
     # the saved policy is one of the stage's outputs: deleted, it is trained again
     shutil.rmtree(run_policy)
     assert main(["run", str(cfg)]) == 0

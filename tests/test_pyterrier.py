@@ -217,7 +217,8 @@ def test_a_router_with_a_relative_index_dir_is_routed_from_any_folder(trained, t
         capsys.readouterr()
         assert main(["route", str(model), question, "--json"]) == 0
         assert pd.read_json(io.StringIO(capsys.readouterr().out))["arm"].tolist() == expected["arm"].tolist()
-    assert resolve_index_dir("data/indexes/tiny", model) == project / "data" / "indexes" / "tiny"
+    with pytest.warns(UserWarning, match="is not under the current folder: using .*tiny, found above the router's folder"):
+        assert resolve_index_dir("data/indexes/tiny", model) == project / "data" / "indexes" / "tiny"
     monkeypatch.chdir(project)
     assert resolve_index_dir("data/indexes/tiny", model) == Path("data/indexes/tiny")  # as given, from here
     monkeypatch.chdir(tmp_path)

@@ -32,7 +32,8 @@ class EvalSection(Section):
     # `ltrr.eval.splits`: balanced_split wants a test share in (0, 1), grouped_kfold two folds or more
     test_size: float = setting(float, 0.3, help="the test part of a split", unit="share of the queries",
                                low=0, high=1, low_open=True, high_open=True)
-    n_folds: int = setting(int, 5, help="cross-validation folds", low=2)
+    # 1 is allowed: only the kfold split reads it, and wants two or more (`__post_init__`)
+    n_folds: int = setting(int, 5, help="cross-validation folds (of the kfold split)", low=1)
     n_bootstrap: int = setting(int, 1000, help="bootstrap resamples of the confidence intervals", low=1)
     correction: str = setting(str, "bonferroni", help="the multiple-comparison correction of the paired tests",
                               choices=CORRECTIONS)
@@ -44,6 +45,9 @@ class EvalSection(Section):
     n_jobs: int = setting(int, 1, help="splits fitted in parallel processes, one job each (same tables)", low=1)
 
     def __post_init__(self) -> None:
+        if "kfold" in self.splits and self.n_folds < 2:
+            raise ConfigError(f"config key [eval].n_folds must be an integer >= 2 for the kfold split, got "
+                              f"{self.n_folds}")
         if self.metric:  # the key stays, empty, so that every config's eval fingerprint stays
             raise ConfigError(f"[eval] metric = {self.metric!r} is not read: the routers are judged on the labels' "
                               "utility, so set [labels] metric instead (and drop [eval] metric)")

@@ -236,6 +236,13 @@ class Run:
             inputs["corpus"] = table_digest(ds.corpus, ["docid", "title", "text"])
         if self._token_generator is not None:  # a packed arm's passages depend on the tokenizer
             inputs["tokenizer"] = self._token_generator.generator.identity
+        if any(a.is_packed for a in self.pool.arms):
+            # what each packing does, its defaults included, not the keys the config happened to write
+            from ltrr.packing import PackSpec
+
+            for arm in inputs["pool"]["arms"]:
+                if arm.get("pack") is not None:
+                    arm["pack"] = PackSpec.from_mapping(arm["pack"], f"arm {arm['name']!r}.pack").to_dict()
         return input_fingerprint(inputs)
 
     def stage_retrieve(self, *, force: bool = False) -> Path:

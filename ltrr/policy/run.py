@@ -279,17 +279,18 @@ def policy_fingerprint(run) -> str:
 
 def policy_outputs(run) -> list[Path]:
     """What the policy stage leaves: the evaluation's ``eval.json`` and the files of the saved
-    policy (its folder as eval.json records it) that ``ltrr route`` and ``ltrr serve`` read.
+    policy that ``ltrr route`` and ``ltrr serve`` read (its folder as the stage's record names
+    it, so a standalone ``ltrr policy eval`` rewriting eval.json changes nothing here).
 
-    A deleted policy folder, or an eval.json that names none, makes the stage run again."""
+    A deleted policy folder, or a record that names none, makes the stage run again."""
     out = eval_dir(run, run.config.policy) / "eval.json"
     try:
-        saved = json.loads(out.read_text()).get("saved_policy") if out.is_file() else None
+        saved = json.loads(run.stage_record("policy").read_text()).get("policy")
     except (OSError, ValueError):
         saved = None
     if not saved:  # no policy on record: a path that never exists, so the stage is not fresh
-        return [out, out.parent / "saved_policy (not recorded in eval.json)"]
-    # by name under this workdir: eval.json may have been written from another working directory
+        return [out, out.parent / "saved_policy (not recorded by the policy stage)"]
+    # by name under this workdir: the record may have been written from another working directory
     folder = run.workdir / "policies" / Path(saved).name
     files = [folder / "policy.json", folder / "head" / "head.json", folder / "head" / "head.safetensors",
              folder / "ltr" / "router.json"]

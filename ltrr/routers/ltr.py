@@ -404,6 +404,12 @@ def resolve_index_dir(index_dir: str | Path, saved_in: str | Path | None = None)
         tried += [base / given for base in (folder, *folder.parents) if base / given not in tried]
     for candidate in tried[1:]:
         if candidate.is_dir():
+            import warnings
+
+            # said (on stderr, apart from a command's output), since a folder of the same name
+            # above the router could hold another corpus's index
+            warnings.warn(f"index folder {str(index_dir)!r} is not under the current folder: using {candidate}, "
+                          f"found above the router's folder {saved_in}", stacklevel=2)
             return candidate
     raise NotBuiltError(
         f"index folder {str(index_dir)!r} (as the router was trained, relative to the folder it was trained in) "
