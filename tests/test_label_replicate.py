@@ -149,7 +149,8 @@ def test_a_record_that_did_not_count_the_replicate_failures_labels_again(project
     record.write_text(json.dumps(doc))
     capsys.readouterr()
     assert main(["status", str(cfg)]) == 0
-    assert "label     to run" in capsys.readouterr().out
+    status = capsys.readouterr().out
+    assert "label     to run" in status and f"{n_rep} replicate items failed when it ran" in status
     assert main(["label", str(cfg)]) == 0
     assert (f"{n_rep} replicate items failed last time (an older ltrr did not count them): labelling again"
             in capsys.readouterr().out)

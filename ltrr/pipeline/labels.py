@@ -14,7 +14,7 @@ from ltrr.data.io import write_table_atomic
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
 
-__all__ = ["label_stage", "label_fingerprint", "label_fresh", "query_facts", "replicate_queries", "label_replicate",
+__all__ = ["label_stage", "label_fingerprint", "label_fresh", "replicate_failed_items", "query_facts", "replicate_queries", "label_replicate",
            "export_generations", "check_label_settings", "check_config_names"]
 
 
@@ -190,7 +190,7 @@ def check_config_names(run: RunContext, *, labelling: bool = True) -> None:
     GRPOSpec.from_mapping(cfg.agent.grpo)
 
 
-def _replicate_failed_items(run: RunContext) -> int:
+def replicate_failed_items(run: RunContext) -> int:
     """The failed items of ``labels/replicate.parquet`` when the config asks for a replicate."""
     path = run.labels_dir / "replicate.parquet"
     if not run.config.labels.replicate_template or not path.exists():
@@ -205,7 +205,7 @@ def label_fresh(run: RunContext, fingerprint: str) -> bool:
     """Whether the label stage would skip: its record is of ``fingerprint`` and its tables exist,
     and the replicate labels have no failed item (a record written before their failed items were
     counted, as the main labels' are, vouched for a replicate with holes)."""
-    return run.is_fresh("label", fingerprint, [run.labels_dir / "labels.parquet"]) and not _replicate_failed_items(run)
+    return run.is_fresh("label", fingerprint, [run.labels_dir / "labels.parquet"]) and not replicate_failed_items(run)
 
 
 def query_facts(queries: pd.DataFrame) -> str:
@@ -286,7 +286,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
         run.log(f"[label] {retry.rsplit('-', 1)[1]} items failed last time: labelling again (they are "
                 "generated again; every other item comes from the cache)")
     elif not force and shard is None and only is None and retry == fp and out.exists():
-        run.log(f"[label] {_replicate_failed_items(run)} replicate items failed last time (an older ltrr did not "
+        run.log(f"[label] {replicate_failed_items(run)} replicate items failed last time (an older ltrr did not "
                 "count them): labelling again (they are generated again; every other item comes from the cache)")
     try:
         metric = parse_metric(lcfg.metric)

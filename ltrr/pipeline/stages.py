@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._registry import Registry
-from ltrr.pipeline.labels import label_fingerprint, label_fresh
+from ltrr.pipeline.labels import label_fingerprint, label_fresh, replicate_failed_items
 from ltrr.pipeline.run import Run
 
 __all__ = ["Stage", "StageOptions", "stages", "RUN_ORDER", "run_stages", "stage_status", "protocol_docs",
@@ -208,6 +208,9 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                           if fp is not None and recorded.startswith(f"{fp}:failed-")
                           else f"its inputs changed since it ran ({_recorded(record)})"
                           if recorded != fp
+                          else f"{replicate_failed_items(run)} replicate items failed when it ran "
+                               f"({_recorded(record)}); the next run generates them"
+                          if name == "label" and replicate_failed_items(run)
                           else "its outputs were made of other inputs (another workdir of this config name, "
                                "or an older ltrr)")
                 if snap is not None:  # stopped part way: how far it got
