@@ -238,7 +238,7 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_sft, tmp_p
     from safetensors.torch import load_file
 
     from ltrr.agent.grpo import train_grpo
-    from ltrr.agent.lora import export_run, import_checkpoint
+    from ltrr.agent.lora import export_run
 
     out = tmp_path / "pol"
     script = _TRAIN_SCRIPT.format(tests=str(Path(__file__).parent), folder=str(bigram_sft), out=str(out))
@@ -272,12 +272,13 @@ def test_kill_and_resume_continue_the_step_count_and_optimiser(bigram_sft, tmp_p
         f"{ck}/{n}" for n in ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
                               "rng_state.pth", "trainer_state.json", "router_state.json")}
     fresh = tmp_path / "clone" / "pol"
-    assert import_checkpoint(committed, fresh) == fresh / ck
     spec = GRPOSpec(steps=4, prompts_per_step=2, group_size=2, micro_batch=2, learning_rate=1e-3, beta=0.05,
                     max_new_tokens=12, save_steps=1)
     policy, roll = _rollouts(bigram_sft, out=fresh, group_size=2)
     lines: list[str] = []
-    rec = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], fresh, spec, seed=7, log=lines.append)
+    rec = train_grpo(policy, roll, ["capital ?", "capital canberra ?"], fresh, spec, seed=7, log=lines.append,
+                     resume_from=committed)
+    assert f"[agent train] {committed}: resuming {fresh / ck}" in lines
     assert rec["resumed"] and any("resuming from" in s and f"checkpoint-{killed_at}" in s for s in lines)
     assert rec["steps"] == 4 and rec["adapter"]["adapter"] == "lora"
     assert [r["step"] for r in rec["router_log"]] == [1, 2, 3, 4]  # the killed leg's steps, then the rest

@@ -63,7 +63,7 @@ from ltrr.agent import lora
 from ltrr.agent.backends import TransformersLM
 from ltrr.agent.batching import raise_on_model_errors, rollout_many
 
-__all__ = ["GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "resume_state", "sample_seed"]
+__all__ = ["EpochSampler", "GRPOSpec", "LiveLM", "RouterRollouts", "train_grpo", "resume_state", "sample_seed"]
 
 
 @dataclass(frozen=True)
@@ -339,6 +339,49 @@ def _trainer_classes():
     return GRPOConfig, GRPOTrainer, TrainerCallback, PrinterCallback
 
 
+class EpochSampler:
+    """TRL's ``RepeatSampler`` with the order of each pass a function of (seed, pass).
+
+    TRL's sampler shuffles with one generator, seeded once, that moves on at each pass, and has
+    no ``set_epoch``: a resumed run builds a new sampler, so a pass after the first repeated the
+    first pass's order and a resume in mid-pass skipped the wrong batches. This one reseeds the
+    generator at each pass and draws the permutations of the passes before it (cheap: one
+    ``randperm`` of the questions each), so pass ``e`` (set by the trainer through
+    `set_epoch`) is the ``e``-th order of TRL's uninterrupted sampler, the same with or without
+    a resume.
+    """
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        import torch
+
+        s = self.sampler
+        if s.shuffle and s.seed is not None:
+            s.generator.manual_seed(s.seed)
+            for _ in range(self.epoch):  # the passes before this one
+                torch.randperm(s.num_samples, generator=s.generator)
+        return iter(s)
+
+
+def _per_epoch(trainer_class: type) -> type:
+    """``trainer_class`` (TRL's GRPOTrainer) with `EpochSampler` as its training sampler."""
+
+    class Trainer(trainer_class):
+        def _get_train_sampler(self, dataset=None):
+            return EpochSampler(super()._get_train_sampler(dataset))
+
+    return Trainer
+
+
 def resume_state(last: Path, rollouts: RouterRollouts, prompt: str, log: Callable[[str], None]) -> None:
     """Restore ``rollouts``' cost window and per-step log from checkpoint ``last``; refuse it
     (`ConfigError`) when it was trained on another prompt (``prompt``: `RouterRollouts.prompt_digest`).
@@ -389,7 +432,7 @@ def finished_record(paths: Sequence[Path], spec: GRPOSpec, rollouts: RouterRollo
 def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequence[str], out: str | Path,
                spec: GRPOSpec, *, seed: int = 0, log: Callable[[str], None] = print, show_progress: bool = False,
                fingerprint: Mapping[str, Any] | None = None, time_budget: float | None = None,
-               records: Sequence[str | Path] = ()) -> dict:
+               records: Sequence[str | Path] = (), resume_from: str | Path | None = None) -> dict:
     """Train ``policy`` with TRL's `GRPOTrainer` on ``prompts`` (question texts) and save it to
     ``out`` (a LoRA adapter and ``base_model.json``, or safetensors weights and the tokenizer;
     then ``grpo.json`` with the per-step log).
@@ -414,6 +457,13 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
     ``records`` (the exported run's ``grpo.json``) is this run's (`finished_record`), so that
     resuming a finished run on a new machine changes no committed file; the returned record
     then says ``"kept": True``.
+
+    ``resume_from``: a run exported by `ltrr.agent.lora.export_run`, resumed unless ``out``
+    holds a newer checkpoint of the same inputs; one trained on other inputs is refused
+    (`ConfigError` naming them) before any local checkpoint is touched (`claim_checkpoints`).
+
+    Each pass over ``prompts`` draws its order from ``(seed, pass)`` alone (`EpochSampler`), so
+    a run resumed in any pass draws the batches of an uninterrupted one.
     """
     import os
 
@@ -437,7 +487,8 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
     ckpt = out / "checkpoints"
     # the policy by content, not path or device: a run resumes from a copy of its checkpoint elsewhere
     claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "policy": lora.content_digest(policy),
-                             "prompts": list(prompts), **dict(fingerprint or {})}, log, stage="agent train")
+                             "prompts": list(prompts), **dict(fingerprint or {})}, log, stage="agent train",
+                      exported=resume_from)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     n = spec.rollouts_per_step
     # no entropy_coef: TRL's default 0 (Router-R1's 0.001 is declared in the module docstring)
@@ -506,7 +557,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
             return {**json.loads(kept), "kept": True}
     else:
         set_seed(seed)  # a new adapter's initial weights come from the seed (the Trainer seeds only after wrapping)
-        trainer = GRPOTrainer(model=model, reward_funcs=[rollouts.reward], args=args,
+        trainer = _per_epoch(GRPOTrainer)(model=model, reward_funcs=[rollouts.reward], args=args,
                               train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=tokenizer,
                               rollout_func=rollouts, callbacks=[_Checkpointed()], peft_config=peft_config)
         trainer.remove_callback(PrinterCallback)

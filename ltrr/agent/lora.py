@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,8 @@ from ltrr._errors import ConfigError, MissingDependencyError, NotBuiltError
 from ltrr.agent.backends import TransformersLM
 
 __all__ = ["ADAPTERS", "BASE_FILE", "PolicyLM", "check_adapter_fields", "checkpointing_arg", "content_digest", "device_args",
-           "export_run", "import_checkpoint", "is_adapter_folder", "last_checkpoint", "load_policy",
-           "lora_config", "plain_copy", "policy_from_checkpoint", "replace_policy", "save_trained", "trainable_model"]
+           "check_exported", "export_run", "import_checkpoint", "inputs_stamp", "is_adapter_folder",
+           "last_checkpoint", "load_policy", "lora_config", "package_versions", "read_stamp", "stamp_differences", "plain_copy", "policy_from_checkpoint", "replace_policy", "save_trained", "trainable_model"]
 
 ADAPTERS = ("lora", "full")
 BASE_FILE = "base_model.json"
@@ -346,12 +347,85 @@ def policy_from_checkpoint(ckpt: Path, folder: Path, lm: TransformersLM) -> dict
     return _with_base(folder, lm)
 
 
-def last_checkpoint(ckpt: Path) -> Path | None:
-    """The newest *complete* checkpoint: ``router_state.json`` is written after everything else
-    of a checkpoint, so one killed while saving is passed over."""
-    found = [p for p in ckpt.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
-             and (p / "router_state.json").exists()]
-    return max(found, key=lambda p: int(p.name.split("-")[-1])) if found else None
+def last_checkpoint(ckpt: Path, marker: str = "router_state.json") -> Path | None:
+    """The newest *complete* checkpoint: ``marker`` (GRPO's ``router_state.json``, SFT's
+    ``sft_state.json``) is written after everything else of a checkpoint, so one killed while
+    saving is passed over."""
+    found = [p for p in ckpt.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / marker).exists()]
+    return max(found, key=_step) if found else None
+
+
+def _step(checkpoint: Path) -> int:
+    return int(checkpoint.name.split("-")[-1])
+
+
+VERSIONED = ("ltrr", "trl", "transformers", "peft")
+
+
+def package_versions() -> dict[str, str | None]:
+    """The installed versions of the packages a checkpoint's training depends on (None: absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in VERSIONED:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def inputs_stamp(inputs: Mapping[str, Any]) -> dict:
+    """``checkpoints/inputs.json`` of a run on ``inputs``: ``key``, the digest of them all (what
+    decides whether a checkpoint is this run's; computed as before the other entries existed, so
+    committed checkpoints still match), ``fields``, a digest per input (so that a refusal names
+    what differs), and ``versions`` (`package_versions`: a mismatch warns, it does not refuse,
+    since a patch release should resume)."""
+    return {"key": _digest(dict(inputs)), "fields": {k: _digest(v) for k, v in sorted(inputs.items())},
+            "versions": package_versions()}
+
+
+def read_stamp(ckpt: Path) -> dict | None:
+    """The ``inputs.json`` of the checkpoints folder ``ckpt`` (None: absent or damaged, which
+    vouches for nothing)."""
+    try:
+        stamp = json.loads((Path(ckpt) / "inputs.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get("key"), str) else None
+
+
+def stamp_differences(old: dict | None, new: dict) -> str:
+    """Words naming the inputs in which stamp ``old`` differs from ``new``."""
+    if old is None:
+        return "it records no inputs (inputs.json missing or damaged)"
+    fields = old.get("fields")
+    if not isinstance(fields, dict):
+        return "its inputs differ; it was written before ltrr recorded them one by one, so which is not known"
+    names = sorted(k for k in {*fields, *new["fields"]} if fields.get(k) != new["fields"].get(k))
+    return "these inputs differ: " + ", ".join(names)
+
+
+def check_exported(exported: str | os.PathLike[str], stamp: dict) -> Path | None:
+    """The newest complete checkpoint of the exported run ``exported`` (None: it has none, only a
+    policy), after checking it was made from this run's inputs (``stamp``, `inputs_stamp`):
+    `ConfigError` naming the inputs that differ otherwise. Touches nothing."""
+    exported = Path(exported)
+    src = last_checkpoint(exported / "checkpoints")
+    if src is None:
+        if not exported.is_dir():
+            raise NotBuiltError(f"{exported}: no exported run to resume (see `ltrr agent export`)")
+        return None
+    theirs = read_stamp(exported / "checkpoints")
+    if theirs is None or theirs["key"] != stamp["key"]:
+        raise ConfigError(f"--resume {exported}: its {src.name} was trained on other inputs than this run's "
+                          f"({stamp_differences(theirs, stamp)}); run with the settings, questions, seed, alpha "
+                          "and start policy it was trained on, or train afresh without --resume")
+    return src
 
 
 def replace_policy(tmp: Path, out: Path, record: str) -> None:
@@ -413,20 +487,18 @@ def export_run(folder: str | os.PathLike[str], dest: str | os.PathLike[str]) -> 
             "bytes": sum(files.values())}
 
 
-def import_checkpoint(exported: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path | None:
+def import_checkpoint(exported: str | os.PathLike[str], out: str | os.PathLike[str], stamp: dict) -> Path | None:
     """Put ``exported``'s GRPO checkpoint (`export_run`) into ``out/checkpoints`` unless ``out``
-    already has a complete checkpoint as new; returns the checkpoint now there to resume from,
-    or None when ``exported`` has none. The run's own fingerprint check (the inputs must be the
-    same) then decides whether it is resumed."""
+    already has a complete checkpoint of the same inputs as new; returns the checkpoint now there
+    to resume from, or None when ``exported`` has none. ``stamp`` is this run's `inputs_stamp`:
+    an export of other inputs is refused (`check_exported`) before anything is removed, and
+    local checkpoints of these inputs are only replaced by a newer export of them."""
     exported, ckpt = Path(exported), Path(out) / "checkpoints"
-    src = last_checkpoint(exported / "checkpoints")
+    src = check_exported(exported, stamp)
     if src is None:
-        if not exported.is_dir():
-            raise NotBuiltError(f"{exported}: no exported run to resume (see `ltrr agent export`)")
         return None
-    here = last_checkpoint(ckpt)
-    step = int(src.name.split("-")[-1])
-    if here is not None and int(here.name.split("-")[-1]) >= step:
+    here, mine = last_checkpoint(ckpt), read_stamp(ckpt)
+    if here is not None and mine is not None and mine["key"] == stamp["key"] and _step(here) >= _step(src):
         return here
     if ckpt.exists():
         shutil.rmtree(ckpt)

@@ -121,11 +121,10 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
              resume_from: str | Path | None = None, time_budget: float | None = None) -> dict:
     """`ltrr agent train`: GRPO from the policy in ``start`` into ``out``; see `ltrr.agent.grpo`.
     ``resume_from``: a run exported by `ltrr.agent.lora.export_run` (a committed checkpoint),
-    resumed when ``out`` has no newer checkpoint and the run's inputs are the same.
+    resumed when ``out`` has no newer checkpoint; one of other inputs is refused (`ConfigError`).
     ``time_budget``: seconds for this leg of training; it ends at a checkpoint, paused (the
     record says ``"paused": True``), when the next step would not fit (`train_grpo`)."""
     from ltrr.agent.grpo import GRPOSpec, train_grpo
-    from ltrr.agent.lora import import_checkpoint
     from ltrr.agent.run import policy_lm
 
     spec = GRPOSpec.from_mapping({**run.config.agent.grpo, **({} if steps is None else {"steps": steps})})
@@ -138,9 +137,6 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
         raise ConfigError(f"--time-budget must be a positive number of seconds, got {time_budget!r}")
     policy = policy_lm(run, start)
     out = Path(out)
-    if resume_from is not None:
-        got = import_checkpoint(resume_from, out)
-        log(f"[agent train] {resume_from}: " + (f"resuming {got}" if got else "no checkpoint to resume; starting"))
     rollouts, questions = make_rollouts(run, policy, spec, alpha=alpha, out=out)
     log(f"[agent train] {len(questions)} design questions ({sum(t == 'multihop' for *_, t in questions)} multihop), "
         f"{spec.steps} steps of {spec.prompts_per_step} x {spec.group_size} rollouts, alpha {alpha}")
@@ -149,7 +145,8 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
                         # the start policy by content is train_grpo's ``policy``
                         fingerprint={"alpha": alpha, **_reward_settings(run)},
                         time_budget=time_budget,
-                        records=[] if resume_from is None else [Path(resume_from) / "grpo.json"])
+                        records=[] if resume_from is None else [Path(resume_from) / "grpo.json"],
+                        resume_from=resume_from)
     plot = out / "training.png"
     committed = None if resume_from is None else Path(resume_from) / "training.png"
     if record.get("kept") and plot.exists():

@@ -59,6 +59,9 @@ from ltrr.agent.backends import Continuation, ContinuationLM
 
 __all__ = ["SFTSpec", "ScriptedLM", "script_for", "script_plans", "build_sft_trajectories", "train_sft"]
 
+# a file ltrr writes into each SFT checkpoint after transformers has written the rest (GRPO's
+# ``router_state.json`` does the same): `ltrr.agent.lora.last_checkpoint` takes it for complete
+SFT_STATE = "sft_state.json"
 _BRIDGE = re.compile(r'^(?P<hop2>.*?) \(The blank is the name missing from: "(?P<bridge>.*)"\)$')
 
 
@@ -422,27 +425,41 @@ def build_sft_trajectories(run, lm, labels: pd.DataFrame, design: list[str], spe
     return trajs
 
 
-def claim_checkpoints(ckpt: Path, inputs: dict, log, stage: str = "agent sft") -> None:
+def claim_checkpoints(ckpt: Path, inputs: dict, log, stage: str = "agent sft", *,
+                      exported: str | Path | None = None) -> Path | None:
     """Keep ``ckpt``'s checkpoints only if they were written for these exact inputs.
 
-    A resume must continue the same run: checkpoints of other trajectories or settings (say, a
-    re-scripted SFT set) are removed, with a log line, and the inputs' fingerprint is recorded.
+    A resume must continue the same run: local checkpoints of other trajectories or settings
+    (say, a re-scripted SFT set) are removed, with a log line, and the inputs' fingerprint is
+    recorded (`ltrr.agent.lora.inputs_stamp`). ``exported`` is a run the user asked to resume
+    (``--resume``, `ltrr.agent.lora.export_run`): one of other inputs is refused with a
+    `ConfigError` naming the inputs that differ, before anything is removed, and otherwise its
+    checkpoint replaces older local ones (`ltrr.agent.lora.import_checkpoint`); returns the
+    checkpoint imported or kept (None: no ``exported``, or it holds no checkpoint). A checkpoint
+    written by other ltrr, TRL, transformers or peft versions is resumed, with a log line.
     """
-    import hashlib
+    from ltrr.agent import lora
 
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-    stamp = ckpt / "inputs.json"
-    if ckpt.exists() and any(ckpt.glob("checkpoint-*")):
-        try:
-            old = json.loads(stamp.read_text()).get("key") if stamp.exists() else None
-        except (ValueError, AttributeError):  # a damaged stamp vouches for nothing
-            old = None
-        if old == key:
-            return
+    stamp = lora.inputs_stamp(inputs)
+    if exported is not None:
+        lora.check_exported(exported, stamp)  # refuses before anything is removed
+    old = lora.read_stamp(ckpt)
+    if ckpt.exists() and any(ckpt.glob("checkpoint-*")) and (old is None or old["key"] != stamp["key"]):
         log(f"[{stage}] the checkpoints in {ckpt} are of other inputs; starting afresh")
         shutil.rmtree(ckpt)
+    got = None
+    if exported is not None:
+        got = lora.import_checkpoint(exported, ckpt.parent, stamp)
+        log(f"[{stage}] {exported}: " + (f"resuming {got}" if got else "no checkpoint to resume; starting"))
+    old = lora.read_stamp(ckpt)
+    if old is not None and any(ckpt.glob("checkpoint-*")) and old.get("versions") != stamp["versions"]:
+        was = old.get("versions") or {}
+        log(f"[{stage}] the checkpoints in {ckpt} were written with other package versions ("
+            + ", ".join(f"{k} {was.get(k)} now {v}" for k, v in stamp["versions"].items() if was.get(k) != v)
+            + "); resuming them anyway")
     ckpt.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(stamp, json.dumps({"key": key}) + "\n")
+    write_text_atomic(ckpt / "inputs.json", json.dumps(stamp) + "\n")
+    return got
 
 
 def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, seed: int = 0,
@@ -475,10 +492,11 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
         raise DataError("no SFT trajectory has a model-written token")
     ckpt = out / "checkpoints"
     claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "base_model": lm.identity, "rows": rows}, log)
+    # two kept: transformers removes the older one before `_Log.on_save` marks the new one complete
     args = SFTConfig(output_dir=str(ckpt), num_train_epochs=spec.epochs, learning_rate=spec.learning_rate,
                      per_device_train_batch_size=spec.batch_size, gradient_accumulation_steps=spec.grad_accum,
                      warmup_steps=float(spec.warmup_ratio), lr_scheduler_type="linear", logging_steps=1,
-                     save_steps=spec.save_steps, save_total_limit=1, save_only_model=False,
+                     save_steps=spec.save_steps, save_total_limit=2, save_only_model=False,
                      **lora.device_args(lm),
                      seed=seed, data_seed=seed, report_to=[], max_length=spec.max_length, bf16=False, fp16=False,
                      disable_tqdm=not show_progress, dataloader_num_workers=0, packing=False)
@@ -491,17 +509,25 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
                 if state.global_step % 10 == 0:
                     log(f"[agent sft] step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f}")
 
+        def on_save(self, args, state, control, **kw):
+            folder = ckpt / f"checkpoint-{state.global_step}"
+            if folder.exists():  # written last, atomically: it marks a complete checkpoint
+                write_text_atomic(folder / SFT_STATE, json.dumps({"step": state.global_step}) + "\n")
+
     from transformers import set_seed
 
     set_seed(seed)  # a new adapter's initial weights come from the seed (the Trainer seeds only after wrapping)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict(rows), processing_class=tokenizer,
                          callbacks=[_Log()], peft_config=peft_config)
     trainer.remove_callback(PrinterCallback)  # the log lines above, not a dict per step
-    resume = any(ckpt.glob("checkpoint-*")) if ckpt.exists() else False
+    # the newest complete checkpoint, not transformers' newest folder: one killed while it was
+    # written (transformers writes in place) lacks its marker and is passed over
+    last = lora.last_checkpoint(ckpt, SFT_STATE)
+    resume = last is not None
     if resume:
-        log(f"[agent sft] resuming from the last checkpoint in {ckpt}")
+        log(f"[agent sft] resuming from {last}")
     t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    trainer.train(resume_from_checkpoint=str(last) if resume else None)
     seconds = time.perf_counter() - t0
     # the loss history of every leg (a resumed run's trainer state holds the earlier steps)
     history = [{"step": h["step"], "loss": h["loss"], "epoch": h.get("epoch")}

@@ -36,7 +36,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     add_field_flag(t, AgentSection, "alpha", "--alpha", help="weight of the cost reward")
     t.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/grpo-a<alpha>)")
     t.add_argument("--resume", metavar="DIR", help="resume from a run exported by `ltrr agent export` (a committed "
-                   "checkpoint) when --out has no newer one")
+                   "checkpoint) when --out has no newer one; refused, naming the inputs that differ, when it was trained "
+                   "on other settings, questions, seed, alpha or start policy")
     t.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="end this leg at a checkpoint when the next step would not fit in SECONDS; the same "
                    "command resumes it")
