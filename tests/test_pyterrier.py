@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -219,6 +220,21 @@ def test_a_router_with_a_relative_index_dir_is_routed_from_any_folder(trained, t
         assert pd.read_json(io.StringIO(capsys.readouterr().out))["arm"].tolist() == expected["arm"].tolist()
     with pytest.warns(UserWarning, match="is not under the current folder: using .*tiny, found above the router's folder"):
         assert resolve_index_dir("data/indexes/tiny", model) == project / "data" / "indexes" / "tiny"
+    # a same-named index folder above the router holding another corpus's index is refused
+    other = tmp_path / "elsewhere"
+    shutil.copytree(model, other / "deep" / "runs" / "m")
+    from ltrr.retrieval import Pool
+
+    pc = router.pool_config
+    pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
+    from _wiki import wiki_corpus
+
+    pool.build(wiki_corpus(limit=50), other / "data" / "indexes" / "tiny")  # another corpus, same settings
+    assert json.loads((model / "router.json").read_text())["index_corpus_sha256"]
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="found above the router's folder"), \
+            pytest.raises(NotBuiltError, match="was built over other documents than the dataset's"):
+        LTRRouter.load(other / "deep" / "runs" / "m").make_pool()
     monkeypatch.chdir(project)
     assert resolve_index_dir("data/indexes/tiny", model) == Path("data/indexes/tiny")  # as given, from here
     monkeypatch.chdir(tmp_path)

@@ -393,14 +393,16 @@ class Pool:
             return False
         return fingerprint is None or meta.get("corpus_sha256") == fingerprint
 
-    def load(self, index_dir: str | Path, *, corpus: pd.DataFrame | None = None) -> Pool:
+    def load(self, index_dir: str | Path, *, corpus: pd.DataFrame | None = None,
+             corpus_sha256: str | None = None) -> Pool:
         """Open the indexes built by `build`; `NotBuiltError` if one is missing or stale.
 
-        With ``corpus``, an index built over other documents is stale too (two datasets, or an
+        With ``corpus``, or its digest ``corpus_sha256`` (`index_corpus`, as a saved router
+        records it), an index built over other documents is stale too (two datasets, or an
         edited one, whose indexes share a folder).
         """
         index_dir = Path(index_dir)
-        fingerprint = None if corpus is None else _corpus_sha256(validate_corpus(corpus))
+        fingerprint = corpus_sha256 if corpus is None else _corpus_sha256(validate_corpus(corpus))
         loaded: dict[str, Retriever] = {}
         for name in self._used_retrievers():
             path = index_dir / name
@@ -420,6 +422,17 @@ class Pool:
         self._sources = {}
         self._arm_rerankers = {}
         return self
+
+    def index_corpus(self, index_dir: str | Path) -> str | None:
+        """The corpus digest the indexes in ``index_dir`` were built over (None: none is built)."""
+        for name in self._used_retrievers():
+            try:
+                digest = Retriever.read_meta(Path(index_dir) / name).get("corpus_sha256")
+            except NotBuiltError:
+                continue
+            if digest:
+                return str(digest)
+        return None
 
     def _check_built(self) -> None:
         if not hasattr(self, "retrievers_"):

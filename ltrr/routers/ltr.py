@@ -238,7 +238,10 @@ class LTRRouter(Router):
         pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
         # a relative index_dir is relative to the folder `ltrr train` ran in: found from here or
         # from the folder this router was loaded from (`resolve_index_dir`)
-        return pool.load(resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None)))
+        # and the indexes must be of the corpus the router was trained over (a folder of the same
+        # name may hold another's), when the router recorded it
+        return pool.load(resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None)),
+                         corpus_sha256=getattr(self, "index_corpus_sha256_", None))
 
     def route(self, question: str) -> pd.DataFrame:
         """Rank the arms for one question: DataFrame[arm, score, rank], best first.
@@ -309,6 +312,7 @@ class LTRRouter(Router):
             "arms": self.arms_,
             "no_retrieval": self.no_retrieval_,
             "n_train_queries": self.n_train_queries_,
+            "index_corpus_sha256": self._index_corpus(),
         }
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -322,6 +326,21 @@ class LTRRouter(Router):
             (path / GENERATOR_FILE).unlink(missing_ok=True)
         write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True)
         return path
+
+    def _index_corpus(self) -> str | None:
+        """The digest of the corpus the router's indexes hold, recorded so that a folder of the
+        same name elsewhere (`resolve_index_dir`) holding another corpus is refused."""
+        known = getattr(self, "index_corpus_sha256_", None)  # as loaded: kept when the index is not here
+        if not self.pool_config or not self.index_dir:
+            return known
+        from ltrr.retrieval import Pool
+
+        pc = self.pool_config
+        pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
+        try:
+            return pool.index_corpus(resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None))) or known
+        except NotBuiltError:
+            return known
 
     @classmethod
     def load(cls, path: str | Path) -> LTRRouter:
@@ -350,6 +369,7 @@ class LTRRouter(Router):
         router.no_retrieval_ = list(meta["no_retrieval"])
         router.n_train_queries_ = int(meta["n_train_queries"])
         router.loaded_from_ = path  # where `make_pool` looks for a relative index_dir
+        router.index_corpus_sha256_ = meta.get("index_corpus_sha256")  # None: saved before it was recorded
         router.labelled_with_ = None
         if (path / GENERATOR_FILE).is_file():
             gen = read_saved_meta(path / GENERATOR_FILE, "train the router again with `ltrr train CONFIG`")
