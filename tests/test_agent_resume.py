@@ -1,4 +1,5 @@
-"""Resuming agent training: SFT passes over a checkpoint killed while it was written, ``--resume``
+"""Resuming agent training: SFT passes over a checkpoint killed while it was written, an
+interrupted SFT run is exported and resumed on a new machine, ``--resume``
 checks the inputs before it removes anything and refuses an export of other inputs, package
 versions are recorded and warned about, and a GRPO run resumed after its first pass over the
 questions draws the batches of an uninterrupted run."""
@@ -94,6 +95,72 @@ def test_sft_resumes_from_the_newest_complete_checkpoint_past_one_killed_while_w
     assert rec["resumed"] and any(s.endswith("checkpoint-6") and "resuming from" in s for s in lines)
     assert rec["steps"] == whole["steps"] == 12 and rec["loss"] == whole["loss"]
     a, b = load_file(out / "adapter_model.safetensors"), load_file(tmp_path / "whole" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_an_interrupted_sft_run_is_exported_and_resumed_on_a_new_machine(bigram_dir, tmp_path, monkeypatch,
+                                                                         capsys):
+    """`ltrr agent export` of an interrupted SFT run said "neither a finished policy nor a complete
+    GRPO checkpoint to export", and its inputs named the model by path and device: the demo's
+    56-minute SFT could not be carried to another machine. Killed while writing checkpoint-8, the
+    run is exported (checkpoint-6), its folder deleted, and resumed from the export with the
+    model at another path: it ends as an uninterrupted run; an export of other inputs is refused
+    naming them, before anything is written."""
+    import shutil
+    from dataclasses import replace
+
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    from ltrr.agent.backends import TransformersLM
+    from ltrr.agent.sft import SFTSpec, train_sft
+    from ltrr.cli import main
+    from ltrr.generation import TransformersGenerator
+
+    policy, _ = _rollouts(bigram_dir)
+    trajs = _trajectories(policy)
+    spec = SFTSpec(epochs=2.0, batch_size=1, grad_accum=1, learning_rate=1e-2, max_length=64, save_steps=2,
+                   warmup_ratio=0.0)
+    whole = train_sft(trajs, policy, tmp_path / "whole", spec, seed=3, log=lambda s: None)
+    save_model = transformers.Trainer.save_model
+
+    def killed(self, output_dir=None, _internal_call=False):
+        save_model(self, output_dir, _internal_call)
+        if _internal_call and self.state.global_step == 8:
+            raise RuntimeError("killed while writing checkpoint-8")
+
+    monkeypatch.setattr(transformers.Trainer, "save_model", killed)
+    run_a = tmp_path / "machine-a" / "sft"
+    with pytest.raises(RuntimeError, match="killed while writing checkpoint-8"):
+        train_sft(trajs, policy, run_a, spec, seed=3, log=lambda s: None)
+    monkeypatch.setattr(transformers.Trainer, "save_model", save_model)
+    committed = tmp_path / "clone" / "data" / "policies" / "sft"
+    assert main(["agent", "export", str(run_a), str(committed)]) == 0
+    said = capsys.readouterr().out
+    assert "checkpoint checkpoint-6" in said and f"ltrr agent sft CONFIG --resume {committed}" in said
+    assert sorted(p.name for p in (committed / "checkpoints" / "checkpoint-6").iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "rng_state.pth", "scheduler.pt",
+        "sft_state.json", "trainer_state.json"]
+    shutil.rmtree(tmp_path / "machine-a")  # runs/ does not survive a new machine
+    # the new machine: the same model under another folder name
+    model_b = tmp_path / "machine-b" / "models" / "bigram-copy"
+    shutil.copytree(bigram_dir, model_b)
+    policy_b = TransformersLM(TransformersGenerator(str(model_b), n_threads=1))
+    assert policy_b.identity != policy.identity
+    run_b = tmp_path / "machine-b" / "sft"
+    # an export of other inputs is refused naming them, and nothing is written
+    for seed, other, named in ((4, spec, "seed"), (3, replace(spec, learning_rate=2e-2), "spec")):
+        with pytest.raises(ConfigError, match=rf"checkpoint-6 was trained on other inputs .*these inputs differ: "
+                                              rf"{named}\)"):
+            train_sft(trajs, policy_b, run_b, other, seed=seed, log=lambda s: None, resume_from=committed)
+        assert not run_b.exists()
+    lines: list[str] = []
+    rec = train_sft(trajs, policy_b, run_b, spec, seed=3, log=lines.append, resume_from=committed)
+    assert any(s.endswith("checkpoint-6") and "resuming from" in s for s in lines), lines
+    assert rec["resumed"] and rec["steps"] == whole["steps"] == 12 and rec["loss"] == whole["loss"]
+    a, b = load_file(run_b / "adapter_model.safetensors"), load_file(tmp_path / "whole" / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -122,6 +122,9 @@ def test_sft_and_eval_end_to_end(project, capsys):
     rec = json.loads((policy / "sft.json").read_text())
     assert rec["steps"] >= 1 and rec["loss"] and all(x["loss"] > 0 for x in rec["loss"])
     assert not (policy / "checkpoints").exists()
+    # --resume reaches the trainer: a folder that holds no exported run is one clear error
+    assert main(["agent", "sft", str(cfg), "--out", str(root / "resumed"), "--resume", str(root / "nowhere")]) == 2
+    assert "no exported run to resume" in capsys.readouterr().err
     trajs = load_trajectories(root / "ag" / "agent" / "sft_data" / "sft.jsonl")
     assert trajs and rec["examples"] == len(trajs)
     design_mh = [t for t in trajs if t.qid.startswith("mul-")]
@@ -449,7 +452,7 @@ def test_grpo_and_rft_commands(project, capsys):
     assert main(argv) == 0  # run again when finished: nothing is trained or rewritten
     assert "nothing trained, its record kept" in capsys.readouterr().out and (legs / "grpo.json").read_bytes() == kept
     assert main(["agent", "export", str(root / "nowhere"), str(root / "x")]) == 2
-    assert "neither a finished policy nor a complete GRPO checkpoint" in capsys.readouterr().err
+    assert "neither a finished policy nor a complete GRPO or SFT checkpoint" in capsys.readouterr().err
     for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),
                       (["--from", str(root / "nowhere")], "no policy model"),
                       (["--steps", "0"], "steps must be a positive int"),

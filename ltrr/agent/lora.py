@@ -54,15 +54,15 @@ from typing import Any
 from ltrr._errors import ConfigError, MissingDependencyError, NotBuiltError
 from ltrr.agent.backends import TransformersLM
 
-__all__ = ["ADAPTERS", "BASE_FILE", "PolicyLM", "check_adapter_fields", "checkpointing_arg", "content_digest", "device_args",
+__all__ = ["ADAPTERS", "BASE_FILE", "GRPO_STATE", "MARKERS", "SFT_STATE", "PolicyLM", "check_adapter_fields", "checkpointing_arg", "content_digest", "device_args",
            "check_exported", "export_run", "import_checkpoint", "inputs_stamp", "is_adapter_folder",
            "last_checkpoint", "load_policy", "lora_config", "package_versions", "read_stamp", "stamp_differences", "plain_copy", "policy_from_checkpoint", "replace_policy", "save_trained", "trainable_model"]
 
 ADAPTERS = ("lora", "full")
 BASE_FILE = "base_model.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
-# what a GRPO checkpoint needs to resume (TRL/transformers load each torch file with
-# weights_only=True); its training_args.bin (a pickle, never read on resume) and tokenizer stay
+# what a GRPO or SFT checkpoint needs to resume (TRL/transformers load each torch file with
+# weights_only=True), its completion marker (`MARKERS`) copied last; its training_args.bin (a pickle, never read on resume) and tokenizer stay
 # out, and so does ref/, TRL's frozen KL-reference adapter: a copy of the start policy's adapter,
 # which TRL makes again from the start policy (the same one: the run's fingerprint checks it)
 CHECKPOINT_FILES = ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
@@ -347,12 +347,26 @@ def policy_from_checkpoint(ckpt: Path, folder: Path, lm: TransformersLM) -> dict
     return _with_base(folder, lm)
 
 
-def last_checkpoint(ckpt: Path, marker: str = "router_state.json") -> Path | None:
+# the file ltrr writes into a checkpoint after transformers has written the rest, marking it
+# complete: GRPO's (its cost normaliser and per-step log) and SFT's (the step)
+GRPO_STATE = "router_state.json"
+SFT_STATE = "sft_state.json"
+MARKERS = (GRPO_STATE, SFT_STATE)
+
+
+def last_checkpoint(ckpt: Path, marker: str | tuple[str, ...] = GRPO_STATE) -> Path | None:
     """The newest *complete* checkpoint: ``marker`` (GRPO's ``router_state.json``, SFT's
-    ``sft_state.json``) is written after everything else of a checkpoint, so one killed while
-    saving is passed over."""
-    found = [p for p in ckpt.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / marker).exists()]
+    ``sft_state.json``, or a tuple of them: any one) is written after everything else of a
+    checkpoint, so one killed while saving is passed over."""
+    markers = (marker,) if isinstance(marker, str) else tuple(marker)
+    found = [p for p in ckpt.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+             and any((p / m).exists() for m in markers)]
     return max(found, key=_step) if found else None
+
+
+def _marker(checkpoint: Path) -> str:
+    """The completion marker a complete checkpoint holds (`MARKERS`)."""
+    return next(m for m in MARKERS if (checkpoint / m).is_file())
 
 
 def _step(checkpoint: Path) -> int:
@@ -415,7 +429,7 @@ def check_exported(exported: str | os.PathLike[str], stamp: dict) -> Path | None
     policy), after checking it was made from this run's inputs (``stamp``, `inputs_stamp`):
     `ConfigError` naming the inputs that differ otherwise. Touches nothing."""
     exported = Path(exported)
-    src = last_checkpoint(exported / "checkpoints")
+    src = last_checkpoint(exported / "checkpoints", MARKERS)  # a GRPO or an SFT run's
     if src is None:
         if not exported.is_dir():
             raise NotBuiltError(f"{exported}: no exported run to resume (see `ltrr agent export`)")
@@ -423,8 +437,9 @@ def check_exported(exported: str | os.PathLike[str], stamp: dict) -> Path | None
     theirs = read_stamp(exported / "checkpoints")
     if theirs is None or theirs["key"] != stamp["key"]:
         raise ConfigError(f"--resume {exported}: its {src.name} was trained on other inputs than this run's "
-                          f"({stamp_differences(theirs, stamp)}); run with the settings, questions, seed, alpha "
-                          "and start policy it was trained on, or train afresh without --resume")
+                          f"({stamp_differences(theirs, stamp)}); run with the inputs it was trained on (settings, "
+                          "questions or SFT trajectories, seed, alpha, start or base policy), or train afresh without "
+                          "--resume")
     return src
 
 
@@ -448,15 +463,17 @@ def replace_policy(tmp: Path, out: Path, record: str) -> None:
 
 def export_run(folder: str | os.PathLike[str], dest: str | os.PathLike[str]) -> dict:
     """Copy a policy folder's small files into ``dest`` (a tracked folder): the finished policy
-    (adapter, ``base_model.json``, its records and plot) and, for a GRPO run, its newest complete
-    checkpoint (adapter, optimiser, scheduler, step, RNG states, cost normaliser and per-step
-    log; see ``CHECKPOINT_FILES``) with the inputs' fingerprint, so `import_checkpoint` resumes
-    it on a fresh clone. Replaces what ``dest`` held; returns what was written (paths, bytes)."""
+    (adapter, ``base_model.json``, its records and plot) and, for a GRPO or an interrupted SFT
+    run, its newest complete checkpoint (adapter, optimiser, scheduler, step, RNG states; GRPO's
+    cost normaliser and per-step log; see ``CHECKPOINT_FILES``) with the inputs' fingerprint, so
+    `import_checkpoint` resumes it on a fresh clone. Replaces what ``dest`` held; returns what
+    was written (paths, bytes), the checkpoint's name and ``kind`` (``"grpo"``, ``"sft"``, None
+    without a checkpoint)."""
     src, dest = Path(folder), Path(dest)
-    last = last_checkpoint(src / "checkpoints")
+    last = last_checkpoint(src / "checkpoints", MARKERS)
     have = [f for f in POLICY_FILES if (src / f).is_file()]
     if last is None and not any(f in have for f in ("sft.json", "grpo.json", "rft.json")):
-        raise NotBuiltError(f"{src}: neither a finished policy nor a complete GRPO checkpoint to export")
+        raise NotBuiltError(f"{src}: neither a finished policy nor a complete GRPO or SFT checkpoint to export")
     full = (src / "model.safetensors").exists() or (last is not None and not is_adapter_folder(last))
     if full:
         raise ConfigError(f"{src} is a full-weight policy (adapter = \"full\"); only LoRA policies are small "
@@ -471,24 +488,26 @@ def export_run(folder: str | os.PathLike[str], dest: str | os.PathLike[str]) -> 
         ref = json.loads((tmp / BASE_FILE).read_text())
         ref["relpath"] = os.path.relpath(ref["path"], dest.resolve())
         (tmp / BASE_FILE).write_text(json.dumps(ref, indent=1) + "\n")
+    marker = None if last is None else _marker(last)
     if last is not None:
         out = tmp / "checkpoints" / last.name
         out.mkdir(parents=True)
         shutil.copy2(src / "checkpoints" / "inputs.json", tmp / "checkpoints" / "inputs.json")
         for f in CHECKPOINT_FILES:
-            if (last / f).is_file():
+            if f not in MARKERS and (last / f).is_file():
                 shutil.copy2(last / f, out / f)
-        shutil.copy2(last / "router_state.json", out / "router_state.json")  # last: a whole checkpoint
+        shutil.copy2(last / marker, out / marker)  # last: a whole checkpoint
     if dest.exists():
         shutil.rmtree(dest)
     tmp.replace(dest)
     files = {str(p.relative_to(dest)): p.stat().st_size for p in sorted(dest.rglob("*")) if p.is_file()}
-    return {"dest": str(dest), "checkpoint": last.name if last is not None else None, "files": files,
+    return {"dest": str(dest), "checkpoint": last.name if last is not None else None,
+            "kind": {GRPO_STATE: "grpo", SFT_STATE: "sft", None: None}[marker], "files": files,
             "bytes": sum(files.values())}
 
 
 def import_checkpoint(exported: str | os.PathLike[str], out: str | os.PathLike[str], stamp: dict) -> Path | None:
-    """Put ``exported``'s GRPO checkpoint (`export_run`) into ``out/checkpoints`` unless ``out``
+    """Put ``exported``'s GRPO or SFT checkpoint (`export_run`) into ``out/checkpoints`` unless ``out``
     already has a complete checkpoint of the same inputs as new; returns the checkpoint now there
     to resume from, or None when ``exported`` has none. ``stamp`` is this run's `inputs_stamp`:
     an export of other inputs is refused (`check_exported`) before anything is removed, and
@@ -497,7 +516,7 @@ def import_checkpoint(exported: str | os.PathLike[str], out: str | os.PathLike[s
     src = check_exported(exported, stamp)
     if src is None:
         return None
-    here, mine = last_checkpoint(ckpt), read_stamp(ckpt)
+    here, mine = last_checkpoint(ckpt, MARKERS), read_stamp(ckpt)
     if here is not None and mine is not None and mine["key"] == stamp["key"] and _step(here) >= _step(src):
         return here
     if ckpt.exists():
@@ -505,7 +524,8 @@ def import_checkpoint(exported: str | os.PathLike[str], out: str | os.PathLike[s
     ckpt.mkdir(parents=True)
     shutil.copy2(exported / "checkpoints" / "inputs.json", ckpt / "inputs.json")
     # into a temporary folder, renamed whole: `last_checkpoint` takes a folder holding
-    # router_state.json for complete, which copytree may copy before the other files
+    # its marker (router_state.json, sft_state.json) for complete, which copytree may copy
+    # before the other files
     part = ckpt / f".{src.name}.partial"
     shutil.copytree(src, part)
     part.rename(ckpt / src.name)

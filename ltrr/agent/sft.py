@@ -57,11 +57,13 @@ from ltrr._atomic import write_text_atomic
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.backends import Continuation, ContinuationLM
 
+# SFT_STATE: a file ltrr writes into each SFT checkpoint after transformers has written the rest
+# (GRPO's ``router_state.json`` does the same): `ltrr.agent.lora.last_checkpoint` takes it for
+# complete, and `ltrr.agent.lora.export_run` exports such a checkpoint of an interrupted run
+from ltrr.agent.lora import SFT_STATE
+
 __all__ = ["SFTSpec", "ScriptedLM", "script_for", "script_plans", "build_sft_trajectories", "train_sft"]
 
-# a file ltrr writes into each SFT checkpoint after transformers has written the rest (GRPO's
-# ``router_state.json`` does the same): `ltrr.agent.lora.last_checkpoint` takes it for complete
-SFT_STATE = "sft_state.json"
 _BRIDGE = re.compile(r'^(?P<hop2>.*?) \(The blank is the name missing from: "(?P<bridge>.*)"\)$')
 
 
@@ -463,12 +465,19 @@ def claim_checkpoints(ckpt: Path, inputs: dict, log, stage: str = "agent sft", *
 
 
 def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, seed: int = 0,
-              log=print, show_progress: bool = False) -> dict:
+              log=print, show_progress: bool = False, resume_from: str | Path | None = None) -> dict:
     """Fine-tune the policy with TRL's `SFTTrainer` on ``trajectories`` (loss on their mask-1
     tokens); save it to ``out`` (a LoRA adapter and ``base_model.json``, or with ``adapter =
     "full"`` safetensors weights and the tokenizer; then ``sft.json``). ``model_dir_or_lm`` is a
     `TransformersLM` or a policy folder (`ltrr.agent.lora.load_policy`). Resumes from the last
-    checkpoint under ``out/checkpoints``."""
+    checkpoint under ``out/checkpoints``.
+
+    ``resume_from``: an interrupted run exported by `ltrr.agent.lora.export_run` (its newest
+    complete checkpoint, committed), resumed unless ``out`` holds a newer checkpoint of the same
+    inputs; one trained on other inputs is refused (`ConfigError` naming them) before any local
+    checkpoint is touched (`claim_checkpoints`). The inputs name the policy model by content
+    (`ltrr.agent.lora.content_digest`), not by path or device, so a run interrupted on one
+    machine resumes on another."""
     try:
         from datasets import Dataset
         from transformers import PrinterCallback, TrainerCallback
@@ -491,7 +500,11 @@ def train_sft(trajectories, model_dir_or_lm, out: str | Path, spec: SFTSpec, *, 
     if not rows["input_ids"] or not any(1 in m for m in rows["assistant_masks"]):
         raise DataError("no SFT trajectory has a model-written token")
     ckpt = out / "checkpoints"
-    claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "base_model": lm.identity, "rows": rows}, log)
+    # the policy model by content: its identity holds the folder's name, dtype and device, so an
+    # export made elsewhere (another path, a GPU) was refused; no committed SFT checkpoint holds
+    # the old key (they are removed when the run ends), so none is orphaned by the change
+    claim_checkpoints(ckpt, {"spec": asdict(spec), "seed": seed, "base_model": lora.content_digest(lm), "rows": rows},
+                      log, exported=resume_from)
     # two kept: transformers removes the older one before `_Log.on_save` marks the new one complete
     args = SFTConfig(output_dir=str(ckpt), num_train_epochs=spec.epochs, learning_rate=spec.learning_rate,
                      per_device_train_batch_size=spec.batch_size, gradient_accumulation_steps=spec.grad_accum,

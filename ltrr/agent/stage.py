@@ -20,7 +20,7 @@ __all__ = ["sft_policy"]
 
 
 def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=print,
-               show_progress: bool = False) -> tuple[Path, dict]:
+               show_progress: bool = False, resume_from: str | Path | None = None) -> tuple[Path, dict]:
     """Script the design-part trajectories and fine-tune the policy on them (`ltrr agent sft`).
 
     Parameters
@@ -37,6 +37,10 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
         Progress lines.
     show_progress : bool
         Show the trainer's progress bar.
+    resume_from : path, optional
+        An interrupted SFT run exported by ``ltrr agent export`` (another machine's): its
+        newest complete checkpoint is resumed, after checking it was made from these inputs
+        (`ltrr.agent.sft.train_sft`).
 
     Returns
     -------
@@ -63,7 +67,8 @@ def sft_policy(run, out: str | Path | None = None, *, force: bool = True, log=pr
     n_search = sum(1 for t in trajs if t.searches)
     log(f"[agent sft] {len(trajs)} scripted design trajectories ({n_search} search, "
         f"{sum(len(t.searches) == 2 for t in trajs)} two-hop) -> {data}")
-    record = train_sft(trajs, lm, folder, spec, seed=run.config.seed, log=log, show_progress=show_progress)
+    record = train_sft(trajs, lm, folder, spec, seed=run.config.seed, log=log, show_progress=show_progress,
+                       resume_from=resume_from)
     record["inputs"] = inputs
     write_text_atomic(done, json.dumps(record, indent=1) + "\n")
     return folder, record

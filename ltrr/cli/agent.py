@@ -18,6 +18,9 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     s = asub.add_parser("sft", help="script design-part trajectories and fine-tune the policy on them (TRL)")
     s.add_argument("config")
     s.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/sft)")
+    s.add_argument("--resume", metavar="DIR", help="resume an interrupted run exported by `ltrr agent export` (its "
+                   "committed checkpoint) when --out has no newer one; refused, naming the inputs that differ, when it "
+                   "was trained on other settings, trajectories, seed or base model")
     s.set_defaults(func=lambda a: _sft(a, log, out))
     e = asub.add_parser("eval", help="roll out a policy on the test part against single-round routing")
     e.add_argument("config")
@@ -48,7 +51,8 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     r.add_argument("--rollouts", type=int, required=True, help="samples to draw (the RL run's rollouts)")
     r.add_argument("--out", help="policy folder (default: <workdir>/agent/policies/rft)")
     r.set_defaults(func=lambda a: _rft(a, log, out))
-    x = asub.add_parser("export", help="copy a LoRA policy and its GRPO run's newest checkpoint to a tracked folder")
+    x = asub.add_parser("export", help="copy a LoRA policy, or its GRPO or interrupted SFT run's newest checkpoint, "
+                        "to a tracked folder")
     x.add_argument("policy_dir", help="a policy folder (--out of ltrr agent sft|train|rft)")
     x.add_argument("dest", help="where to copy it (e.g. data/policies/<config>/<name>); replaced")
     x.set_defaults(func=lambda a: _export(a, out))
@@ -82,7 +86,7 @@ def _sft(args: argparse.Namespace, log, out) -> int:
     from ltrr.agent.stage import sft_policy
 
     run = _run(args, log)
-    folder, rec = sft_policy(run, args.out, log=log, show_progress=progress_enabled())
+    folder, rec = sft_policy(run, args.out, log=log, show_progress=progress_enabled(), resume_from=args.resume)
     last = rec["loss"][-1]["loss"] if rec["loss"] else float("nan")
     out(f"policy: {folder} ({rec['examples']} examples, {rec['steps']} steps, {rec['seconds_this_leg']}s, "
         f"final loss {last:.4f})")
@@ -188,7 +192,9 @@ def _export(args: argparse.Namespace, out) -> int:
     doc = export_run(args.policy_dir, args.dest)
     what = f"checkpoint {doc['checkpoint']}" if doc["checkpoint"] else "no checkpoint"
     out(f"exported: {doc['dest']} ({len(doc['files'])} files, {doc['bytes'] / 1e6:.1f} MB; {what})")
-    if doc["checkpoint"]:
+    if doc["kind"] == "sft":
+        out(f"resume:   ltrr agent sft CONFIG --resume {doc['dest']}")
+    elif doc["checkpoint"]:
         out(f"resume:   ltrr agent train CONFIG --from START --resume {doc['dest']}")
     return 0
 
