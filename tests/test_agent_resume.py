@@ -58,24 +58,16 @@ def _trajectories(policy):
     return out
 
 
-@pytest.mark.slow
-def test_sft_resumes_from_the_newest_complete_checkpoint_past_one_killed_while_written(bigram_dir, tmp_path,
-                                                                                      monkeypatch):
-    """transformers writes a checkpoint in place and ``resume_from_checkpoint=True`` took the
-    newest folder, complete or not: a kill after checkpoint-8's adapter but before its trainer
-    state made every later resume a FileNotFoundError. The resume now takes checkpoint-6 and ends
-    as an uninterrupted run."""
-    import torch
+def _whole_and_killed_at_8(trajs, policy, whole_dir, out, monkeypatch):
+    """An uninterrupted SFT run into ``whole_dir`` (its record, and the spec), and the same run
+    into ``out`` killed after checkpoint-8's adapter is written but before its trainer state."""
     import transformers
-    from safetensors.torch import load_file
 
     from ltrr.agent.sft import SFTSpec, train_sft
 
-    policy, _ = _rollouts(bigram_dir)
-    trajs = _trajectories(policy)
     spec = SFTSpec(epochs=2.0, batch_size=1, grad_accum=1, learning_rate=1e-2, max_length=64, save_steps=2,
                    warmup_ratio=0.0)
-    whole = train_sft(trajs, policy, tmp_path / "whole", spec, seed=3, log=lambda s: None)
+    whole = train_sft(trajs, policy, whole_dir, spec, seed=3, log=lambda s: None)
     save_model = transformers.Trainer.save_model
 
     def killed(self, output_dir=None, _internal_call=False):
@@ -84,10 +76,28 @@ def test_sft_resumes_from_the_newest_complete_checkpoint_past_one_killed_while_w
             raise RuntimeError("killed while writing checkpoint-8")
 
     monkeypatch.setattr(transformers.Trainer, "save_model", killed)
-    out = tmp_path / "crash"
     with pytest.raises(RuntimeError, match="killed while writing checkpoint-8"):
         train_sft(trajs, policy, out, spec, seed=3, log=lambda s: None)
     monkeypatch.setattr(transformers.Trainer, "save_model", save_model)
+    return whole, spec
+
+
+@pytest.mark.slow
+def test_sft_resumes_from_the_newest_complete_checkpoint_past_one_killed_while_written(bigram_dir, tmp_path,
+                                                                                      monkeypatch):
+    """transformers writes a checkpoint in place and ``resume_from_checkpoint=True`` took the
+    newest folder, complete or not: a kill after checkpoint-8's adapter but before its trainer
+    state made every later resume a FileNotFoundError. The resume now takes checkpoint-6 and ends
+    as an uninterrupted run."""
+    import torch
+    from safetensors.torch import load_file
+
+    from ltrr.agent.sft import train_sft
+
+    policy, _ = _rollouts(bigram_dir)
+    trajs = _trajectories(policy)
+    out = tmp_path / "crash"
+    whole, spec = _whole_and_killed_at_8(trajs, policy, tmp_path / "whole", out, monkeypatch)
     assert (out / "checkpoints" / "checkpoint-8").is_dir()
     assert not (out / "checkpoints" / "checkpoint-8" / "trainer_state.json").exists()
     lines: list[str] = []
@@ -111,31 +121,17 @@ def test_an_interrupted_sft_run_is_exported_and_resumed_on_a_new_machine(bigram_
     from dataclasses import replace
 
     import torch
-    import transformers
     from safetensors.torch import load_file
 
     from ltrr.agent.backends import TransformersLM
-    from ltrr.agent.sft import SFTSpec, train_sft
+    from ltrr.agent.sft import train_sft
     from ltrr.cli import main
     from ltrr.generation import TransformersGenerator
 
     policy, _ = _rollouts(bigram_dir)
     trajs = _trajectories(policy)
-    spec = SFTSpec(epochs=2.0, batch_size=1, grad_accum=1, learning_rate=1e-2, max_length=64, save_steps=2,
-                   warmup_ratio=0.0)
-    whole = train_sft(trajs, policy, tmp_path / "whole", spec, seed=3, log=lambda s: None)
-    save_model = transformers.Trainer.save_model
-
-    def killed(self, output_dir=None, _internal_call=False):
-        save_model(self, output_dir, _internal_call)
-        if _internal_call and self.state.global_step == 8:
-            raise RuntimeError("killed while writing checkpoint-8")
-
-    monkeypatch.setattr(transformers.Trainer, "save_model", killed)
     run_a = tmp_path / "machine-a" / "sft"
-    with pytest.raises(RuntimeError, match="killed while writing checkpoint-8"):
-        train_sft(trajs, policy, run_a, spec, seed=3, log=lambda s: None)
-    monkeypatch.setattr(transformers.Trainer, "save_model", save_model)
+    whole, spec = _whole_and_killed_at_8(trajs, policy, tmp_path / "whole", run_a, monkeypatch)
     committed = tmp_path / "clone" / "data" / "policies" / "sft"
     assert main(["agent", "export", str(run_a), str(committed)]) == 0
     said = capsys.readouterr().out
