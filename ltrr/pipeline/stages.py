@@ -200,25 +200,30 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                 state, detail = "up to date", _recorded(record)
             else:
                 state = "to run"
-                recorded = run.fingerprint_of(stage.record_name(run)) or ""
-                detail = ("never ran" if not record.exists() else f"no {missing[0]}" if missing
-                          # the label stage records its failed items (`ltrr label --cache-only` misses)
-                          else f"{recorded.rsplit('-', 1)[1]} items failed when it ran ({_recorded(record)}); "
-                               "the next run generates them"
-                          if fp is not None and recorded.startswith(f"{fp}:failed-")
-                          else f"its inputs changed since it ran ({_recorded(record)})"
-                          if recorded != fp
-                          else f"{replicate_failed_items(run)} replicate items failed when it ran "
-                               f"({_recorded(record)}); the next run generates them"
-                          if name == "label" and replicate_failed_items(run)
-                          else "its outputs were made of other inputs (another workdir of this config name, "
-                               "or an older ltrr)")
+                detail = _why_to_run(run, name, stage, record, fp, missing)
                 if snap is not None:  # stopped part way: how far it got
                     detail = snap[1]
         if state in ("to run", "to build", "waits", "running", "missing"):
             todo.append(name)
         rows.append({"stage": name, "state": state, "detail": detail})
     return rows
+
+
+def _why_to_run(run: Run, name: str, stage: Stage, record: Path, fp: str | None, missing: list[str]) -> str:
+    """Why a stage that is not fresh would run: the status table's detail."""
+    if not record.exists():
+        return "never ran"
+    if missing:
+        return f"no {missing[0]}"
+    recorded = run.fingerprint_of(stage.record_name(run)) or ""
+    if fp is not None and recorded.startswith(f"{fp}:failed-"):  # the label stage records its failed items
+        return f"{recorded.rsplit('-', 1)[1]} items failed when it ran ({_recorded(record)}); the next run generates them"
+    if recorded != fp:
+        return f"its inputs changed since it ran ({_recorded(record)})"
+    failed = replicate_failed_items(run) if name == "label" else 0
+    if failed:
+        return f"{failed} replicate items failed when it ran ({_recorded(record)}); the next run generates them"
+    return "its outputs were made of other inputs (another workdir of this config name, or an older ltrr)"
 
 
 def check_inputs_current(run: Run, name: str) -> None:

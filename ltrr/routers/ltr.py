@@ -230,18 +230,23 @@ class LTRRouter(Router):
 
     def make_pool(self):
         """The router's pool, built from ``pool_config`` with the indexes of ``index_dir`` loaded."""
-        from ltrr.retrieval import Pool
-
         if not self.pool_config or not self.index_dir:
             raise NotBuiltError("this router has no pool config/index dir; train it with `ltrr train`")
+        # the indexes must be of the corpus the router was trained over (a folder of the same
+        # name may hold another's), when the router recorded it
+        return self._unloaded_pool().load(self._index_folder(),
+                                          corpus_sha256=getattr(self, "index_corpus_sha256_", None))
+
+    def _unloaded_pool(self):
+        from ltrr.retrieval import Pool
+
         pc = self.pool_config
-        pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
+        return Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
+
+    def _index_folder(self) -> Path:
         # a relative index_dir is relative to the folder `ltrr train` ran in: found from here or
         # from the folder this router was loaded from (`resolve_index_dir`)
-        # and the indexes must be of the corpus the router was trained over (a folder of the same
-        # name may hold another's), when the router recorded it
-        return pool.load(resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None)),
-                         corpus_sha256=getattr(self, "index_corpus_sha256_", None))
+        return resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None))
 
     def route(self, question: str) -> pd.DataFrame:
         """Rank the arms for one question: DataFrame[arm, score, rank], best first.
@@ -333,12 +338,8 @@ class LTRRouter(Router):
         known = getattr(self, "index_corpus_sha256_", None)  # as loaded: kept when the index is not here
         if not self.pool_config or not self.index_dir:
             return known
-        from ltrr.retrieval import Pool
-
-        pc = self.pool_config
-        pool = Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
         try:
-            return pool.index_corpus(resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None))) or known
+            return self._unloaded_pool().index_corpus(self._index_folder()) or known
         except NotBuiltError:
             return known
 
