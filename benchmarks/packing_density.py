@@ -239,7 +239,7 @@ def main() -> None:
                  "recall_per_100_tokens": 100 * float(plain["recall"].mean()) / float(plain["tokens"].mean()),
                  "answer_bearing": float(plain["answer_bearing"].mean())}
     out.mkdir(parents=True, exist_ok=True)
-    from ltrr._atomic import write_text_atomic
+    from ltrr.data.io import write_text_atomic
 
     result = {"part": "design", "choice_made_on_it": True, "rule": RULE, "choice": pick, **doc, "weights_grid": WEIGHTS,
               "plain": plain_row, "table": table.to_dict("records"), "by_configuration": agg.to_dict("records"),

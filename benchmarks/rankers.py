@@ -75,7 +75,7 @@ def main() -> None:
     df = pd.DataFrame(rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=2))
-    from ltrr._tables import markdown_table
+    from ltrr.eval.report import markdown_table
 
     md = markdown_table(df.set_index("ranker"), ".2f")
     Path(args.out).with_suffix(".md").write_text(md + "\n")

@@ -29,10 +29,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ltrr._log import configure
 from ltrr.config import load_config
 from ltrr.eval.protocol import design_sample, design_test_partition
 from ltrr.pipeline import Run
+from ltrr.progress import configure
 
 
 def main() -> None:

@@ -76,8 +76,8 @@ def dump(args) -> int:
         step_orders,
     )
 
-    from ltrr._atomic import atomic_path
     from ltrr.config import backend_settings, load_config
+    from ltrr.data.io import atomic_path
     from ltrr.generation.base import Generation
     from ltrr.generation.cache import CachedGenerator, cache_key
     from ltrr.pipeline import Run
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     f.add_argument("--workers", type=int, default=os.cpu_count())
     f.add_argument("--deadline", type=float, default=480.0, help="seconds after the start to stop taking requests")
     args = ap.parse_args(argv)
-    from ltrr._errors import LtrrError
+    from ltrr.errors import LtrrError
 
     try:
         return dump(args) if args.cmd == "dump" else fill(args)

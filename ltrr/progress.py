@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._atomic import write_json_atomic
+from ltrr._log import bar, configure  # re-exported: a script's bars and log lines as ltrr's own
 
-__all__ = ["PROGRESS_SUFFIX", "StageProgress", "describe_progress", "progress_path", "read_progress"]
+__all__ = ["PROGRESS_SUFFIX", "StageProgress", "bar", "configure", "describe_progress", "progress_path",
+           "read_progress"]
 
 #: The snapshot of stage ``S`` is ``stages/S.progress.json``, beside its record ``stages/S.json``.
 PROGRESS_SUFFIX = ".progress.json"

@@ -108,3 +108,58 @@ def test_import_contracts_are_kept():
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "Contracts: 4 kept, 0 broken." in res.stdout
+
+
+# cpu_determinism.py measures the kernel pins of ltrr._cpu themselves, on two machines
+PRIVATE_ALLOWED_OUTSIDE = {("benchmarks/cpu_determinism.py", "ltrr._cpu")}
+
+
+def private_ltrr_imports(paths) -> list[str]:
+    """``path:line: module`` for every import of a private ltrr module (``ltrr._x``, ``ltrr.a._y``)
+    in Python files or notebooks outside the package."""
+    import json
+
+    found = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".ipynb":
+            text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code")
+            text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(text, str(path))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for mod in names:
+                rel = path.relative_to(ROOT).as_posix()
+                if (mod.startswith("ltrr.") and any(_private(p) for p in mod.split(".")[1:])
+                        and (rel, mod) not in PRIVATE_ALLOWED_OUTSIDE):
+                    found.append((rel, node.lineno, mod))
+    return [f"{rel}:{line}: {mod}" for rel, line, mod in sorted(found)]
+
+
+def test_benchmarks_and_notebooks_use_public_names_only():
+    """Scripts and notebooks outside the package are its users: they import ltrr's public modules
+    (ltrr.errors, ltrr.progress, ltrr.data.io, ltrr.eval.report re-export what they need)."""
+    paths = sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert paths
+    assert private_ltrr_imports(paths) == []
+
+
+def test_the_outside_scan_finds_a_private_import(tmp_path):
+    global ROOT
+    old, ROOT = ROOT, tmp_path
+    try:
+        f = tmp_path / "bench.py"
+        f.write_text("import ltrr\nfrom ltrr.errors import DataError\ndef g():\n    from ltrr._log import bar\n"
+                     "import ltrr.eval._x as y\n")
+        assert private_ltrr_imports([f]) == ["bench.py:4: ltrr._log", "bench.py:5: ltrr.eval._x"]
+    finally:
+        ROOT = old
+
+
+def test_the_public_errors_are_the_raised_ones():
+    """ltrr.errors re-exports every error class, as the same objects the package raises."""
+    import ltrr._errors as private
+    import ltrr.errors as public
+
+    assert sorted(public.__all__) == sorted(private.__all__)
+    assert all(getattr(public, n) is getattr(private, n) for n in private.__all__)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ltrr._atomic import write_table_atomic, write_text_atomic  # re-exported (__all__)
+from ltrr._atomic import atomic_path, write_table_atomic, write_text_atomic  # re-exported (__all__)
 from ltrr._errors import DataError, NotBuiltError
 from ltrr.data.lines import utf8_lines
 from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
@@ -28,6 +28,7 @@ __all__ = [
     "load_corpus",
     "load_qrels",
     "load_dataset",
+    "atomic_path",
     "write_table_atomic",
     "write_text_atomic",
     "data_root",

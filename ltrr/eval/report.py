@@ -26,6 +26,7 @@ from ltrr._tables import markdown_table
 from ltrr.eval.routing import ATOL, RESULT_COLUMNS, Evaluation
 
 __all__ = [
+    "markdown_table",  # re-exported: the tables' Markdown, for scripts that write their own
     "format_ci",
     "table_splits",
     "utility_table",

@@ -1,0 +1,181 @@
+"""Is there routing signal within a query type? A design-part probe of retrieval-score features.
+
+`benchmarks/learning_curve.py` found that the demo's router is, in effect, a per-type rule: its
+design CV gain is the per-type oracle's, and where it leaves the per-type best arm it gains
+nothing detectable. This probe asks whether features that ltrr does not extract today carry the
+within-type signal the feature set lacks, before anyone builds them into `ltrr.features`:
+
+- ``ret_score``: the arm's top passage's retrieval score (BM25, cosine or reranker score);
+- ``ret_score_z``: the same, standardised per arm on the training fold;
+- ``doc_consensus``: how many other retrieval arms return the same top passage;
+- ``n_distinct_docs``: how many distinct top passages the retrieval arms return for the query;
+- ``sparse_dense_agree``: whether the first sparse and the first dense arm agree on it.
+
+Variant A is the protocol's router rebuilt from public parts (`FeaturePipeline` of the
+preregistered feature set, `LambdaMARTRanker` with its defaults, its training label); variant B
+adds the columns above. Both are cross-validated on the protocol's design folds (seed 13); the
+figures are pooled over the folds. Only design queries are read.
+
+    python benchmarks/within_type_probe.py demo [--seed 13]
+
+Writes ``benchmarks/results/protocol_demo_qwen/within_type_probe.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
+
+EXTRA = ["ret_score", "ret_score_z", "doc_consensus", "n_distinct_docs", "sparse_dense_agree"]
+
+
+def retrieval_columns(results: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
+    """The probe's columns per (qid, arm) from the retrieval results' top passage of each arm."""
+    top = results[results["rank"] == results.groupby(["qid", "arm"])["rank"].transform("min")]
+    top = top.drop_duplicates(["qid", "arm"]).set_index(["qid", "arm"])
+    doc = top["docid"].astype(str).unstack("arm")
+    consensus = {a: sum((doc[a] == doc[b]).astype(int) for b in doc.columns if b != a) for a in doc.columns}
+    distinct = doc.nunique(axis=1)
+    sparse = next(a for a in arms if a.startswith("bm25"))
+    dense = next(a for a in arms if a.startswith("dense"))
+    agree = (doc[sparse] == doc[dense]).astype(float)
+    rows = []
+    for (q, a), s in top["score"].items():
+        rows.append({"qid": q, "arm": a, "ret_score": float(s), "doc_consensus": float(consensus[a][q]),
+                     "n_distinct_docs": float(distinct[q]), "sparse_dense_agree": float(agree[q])})
+    return pd.DataFrame(rows)
+
+
+def fold_matrix(raw_train, raw_part, extra: pd.DataFrame | None, spec: str, train_stats=None):
+    """The feature matrix of ``raw_part`` (the pipeline fit on ``raw_train``), with ``extra``'s columns
+    appended when given; query-level extras are NaN on the no-retrieval arm. Returns (X, keys, stats)."""
+    from ltrr.features import FeaturePipeline
+
+    pipe = FeaturePipeline(spec).fit(raw_train)
+    X = np.asarray(pipe.transform(raw_part), dtype=float)
+    keys = raw_part.table[["qid", "arm"]].astype(str).reset_index(drop=True)
+    if extra is None:
+        return X, keys, None
+    e = keys.merge(extra, on=["qid", "arm"], how="left")
+    if train_stats is None:  # per-arm mean and sd of the score on the training rows
+        t = raw_train.table[["qid", "arm"]].astype(str).merge(extra, on=["qid", "arm"], how="inner")
+        train_stats = t.groupby("arm")["ret_score"].agg(["mean", "std"])
+    st = train_stats.reindex(e["arm"])
+    e["ret_score_z"] = (e["ret_score"].to_numpy() - st["mean"].to_numpy()) / st["std"].replace(0, 1).to_numpy()
+    return np.hstack([X, e[EXTRA].to_numpy(float)]), keys, train_stats
+
+
+def cv_choices(raw, labels_idx: pd.DataFrame, folds, *, spec: str, label: str, extra, seed: int) -> pd.Series:
+    """The arm each design query gets from a LambdaMART fit on its fold's training queries."""
+    from ltrr.rankers import LambdaMARTRanker
+
+    chosen = {}
+    for f in folds:
+        rtr, rte = raw.subset(f.train), raw.subset(f.test)
+        Xtr, ktr, stats = fold_matrix(rtr, rtr, extra, spec)
+        Xte, kte, _ = fold_matrix(rtr, rte, extra, spec, stats)
+        y = labels_idx.reindex(pd.MultiIndex.from_frame(ktr))[label].to_numpy(float)
+        ok = ~np.isnan(y)
+        _, codes = np.unique(ktr["qid"].to_numpy()[ok], return_inverse=True)
+        model = LambdaMARTRanker(random_state=seed).fit(Xtr[ok], y[ok], qid=codes)
+        kte = kte.assign(score=model.predict(Xte))
+        order = {a: i for i, a in enumerate(raw.arms)}  # ties: the pool's order, as routers break them
+        kte["pos"] = kte["arm"].map(order)
+        best = kte.sort_values(["qid", "score", "pos"], ascending=[True, False, True]).groupby("qid").head(1)
+        chosen.update(dict(zip(best["qid"], best["arm"], strict=True)))
+    return pd.Series(chosen)
+
+
+def summary(U: pd.DataFrame, chosen: pd.Series, folds) -> dict:
+    """Pooled mean utility, the best single arm of each fold's training part, gain and raw headroom share."""
+    u, b, o = [], [], []
+    for f in folds:
+        test = [q for q in f.test if q in U.index]
+        best = U.loc[list(f.train)].mean().idxmax()
+        u += [U.at[q, chosen[q]] for q in test]
+        b += list(U.loc[test, best])
+        o += list(U.loc[test].max(axis=1))
+    u, b, o = map(np.asarray, (u, b, o))
+    return {"mean_utility": float(u.mean()), "best_single": float(b.mean()), "oracle": float(o.mean()),
+            "gain": float((u - b).mean()), "headroom_captured": float((u - b).mean() / (o - b).mean())}
+
+
+def paired(U: pd.DataFrame, a: pd.Series, b: pd.Series) -> dict:
+    from ltrr.eval.stats import paired_wilcoxon
+
+    qs = list(a.index)
+    ua = np.array([U.at[q, a[q]] for q in qs])
+    ub = np.array([U.at[q, b[q]] for q in qs])
+    return {"difference": float((ua - ub).mean()), "improved": int((ua - ub > 1e-9).sum()),
+            "degraded": int((ub - ua > 1e-9).sum()), "p_value": float(paired_wilcoxon(ua, ub).pvalue)}
+
+
+def main(argv=None) -> int:
+    from ltrr.config import load_config
+    from ltrr.data.io import write_text_atomic
+    from ltrr.eval import make_splits
+    from ltrr.eval.routing import utility_matrix
+    from ltrr.pipeline import Run
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/protocol_demo_qwen/within_type_probe"))
+    a = ap.parse_args(argv)
+    run = Run(load_config(a.config), log=lambda m: None)
+    labels, raw = run.training_inputs("protocol")
+    prereg = json.loads((run.workdir / "protocol" / f"seed-{a.seed}" / "preregistration.json").read_text())
+    design, source = run.protocol_part("design", seed=a.seed, labels=labels)
+    labels = labels[labels["qid"].isin(design)]  # the test part's rows, unread
+    U = utility_matrix(labels)
+    queries = run.dataset.queries
+    queries = queries[queries["qid"].astype(str).isin(set(U.index))].reset_index(drop=True)
+    folds = make_splits(queries, ["kfold"], n_folds=int(prereg["n_folds"]), random_state=a.seed)
+    raw = raw.subset(list(U.index))
+    results = pd.read_parquet(run.results_path, columns=["qid", "arm", "rank", "docid", "score"])
+    extra = retrieval_columns(results[results["qid"].isin(set(U.index))], raw.arms)
+    lab_idx = labels.assign(qid=labels["qid"].astype(str), arm=labels["arm"].astype(str)).set_index(["qid", "arm"])
+    kw = {"spec": prereg["features"], "label": prereg["label"], "seed": a.seed}
+    choice_a = cv_choices(raw, lab_idx, folds, extra=None, **kw)
+    choice_b = cv_choices(raw, lab_idx, folds, extra=extra, **kw)
+    qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str)
+    rule = {}
+    for f in folds:  # the per-type best arm of each fold's training part
+        means = U.loc[list(f.train)].groupby(qtype.loc[list(f.train)].to_numpy()).mean()
+        rule.update({q: means.loc[qtype[q]].idxmax() for q in f.test})
+    rule = pd.Series(rule)
+    res = {"config": a.config, "seed": a.seed, "design_part": source, "n_design": int(len(U)),
+           "features": prereg["features"], "label": prereg["label"], "extra_columns": EXTRA,
+           "A (the router rebuilt)": summary(U, choice_a, folds),
+           "B (A + retrieval-score columns)": summary(U, choice_b, folds),
+           "per-type best arm": summary(U, rule, folds),
+           "B against A": paired(U, choice_b, choice_a), "B against per-type best arm": paired(U, choice_b, rule),
+           "A against per-type best arm": paired(U, choice_a, rule)}
+    lines = [f"# Within-type routing signal: a design-part probe (seed {a.seed})", "",
+             f"`python benchmarks/within_type_probe.py {a.config} --seed {a.seed}`. {len(U):,} design queries of "
+             f"{source}, the protocol's {prereg['n_folds']} folds, pooled; no test label is read.", "",
+             "| router | mean utility | best single | gain | raw headroom captured |", "|---|---|---|---|---|"]
+    for k in ("A (the router rebuilt)", "B (A + retrieval-score columns)", "per-type best arm"):
+        v = res[k]
+        lines.append(f"| {k} | {v['mean_utility']:.4f} | {v['best_single']:.4f} | {v['gain']:+.4f} | "
+                     f"{100 * v['headroom_captured']:.1f}% |")
+    lines += ["", "| paired on every design query | mean difference | improved | degraded | Wilcoxon p |",
+              "|---|---|---|---|---|"]
+    for k in ("B against A", "B against per-type best arm", "A against per-type best arm"):
+        v = res[k]
+        lines.append(f"| {k} | {v['difference']:+.4f} | {v['improved']} | {v['degraded']} | {v['p_value']:.3g} |")
+    md = "\n".join(lines) + "\n"
+    write_text_atomic(a.out.with_suffix(".json"), json.dumps(res, indent=2) + "\n")
+    write_text_atomic(a.out.with_suffix(".md"), md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
