@@ -11,9 +11,17 @@ within-type signal the feature set lacks, before anyone builds them into `ltrr.f
 - ``n_distinct_docs``: how many distinct top passages the retrieval arms return for the query;
 - ``sparse_dense_agree``: whether the first sparse and the first dense arm agree on it.
 
+and, from the closed-book answer (the no-retrieval arm's generation, which a router would make
+first at routing time, at the cost of one generation per query; its text only, never its score):
+
+- ``cb_support``: the share of the answer's words not in the question found in the arm's top
+  passage, and ``cb_support_max``, its best share over the arms;
+- ``cb_new_tokens``: how many such words the answer has.
+
 Variant A is the protocol's router rebuilt from public parts (`FeaturePipeline` of the
-preregistered feature set, `LambdaMARTRanker` with its defaults, its training label); variant B
-adds the columns above. Both are cross-validated on the protocol's design folds (seed 13); the
+preregistered feature set, `LambdaMARTRanker` with its defaults, its training label); B adds the
+retrieval columns, C the closed-book columns, D both. Three variants against A: read their p
+values with that in mind (Bonferroni: times 3). Both are cross-validated on the protocol's design folds (seed 13); the
 figures are pooled over the folds. Only design queries are read.
 
     python benchmarks/within_type_probe.py demo [--seed 13]
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +42,28 @@ import pandas as pd
 import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
 
 EXTRA = ["ret_score", "ret_score_z", "doc_consensus", "n_distinct_docs", "sparse_dense_agree"]
+BOOK = ["cb_support", "cb_support_max", "cb_new_tokens"]
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(str(text).lower()))
+
+
+def closed_book_columns(results: pd.DataFrame, questions: pd.Series, book: pd.Series) -> pd.DataFrame:
+    """The closed-book columns per (qid, retrieval arm): the share of the closed-book answer's words
+    that are not in the question (its claim) found in the arm's top passage, its best share over
+    the arms, and how many such words the answer has. ``book`` is the no-retrieval arm's answer of
+    each query, the generation a router would make first at routing time."""
+    top = results.sort_values("rank").drop_duplicates(["qid", "arm"])
+    rows = []
+    for q, arm, text in zip(top["qid"], top["arm"], top["text"], strict=True):
+        claim = _words(book.get(q, "")) - _words(questions[q])
+        share = len(claim & _words(text)) / len(claim) if claim else float("nan")
+        rows.append({"qid": q, "arm": arm, "cb_support": share, "cb_new_tokens": float(len(claim))})
+    out = pd.DataFrame(rows)
+    out["cb_support_max"] = out.groupby("qid")["cb_support"].transform("max")
+    return out
 
 
 def retrieval_columns(results: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
@@ -63,12 +94,15 @@ def fold_matrix(raw_train, raw_part, extra: pd.DataFrame | None, spec: str, trai
     if extra is None:
         return X, keys, None
     e = keys.merge(extra, on=["qid", "arm"], how="left")
+    cols = [c for c in EXTRA + BOOK if c in e.columns or c == "ret_score_z" and "ret_score" in e.columns]
+    if "ret_score" not in e.columns:
+        return np.hstack([X, e[cols].to_numpy(float)]), keys, None
     if train_stats is None:  # per-arm mean and sd of the score on the training rows
         t = raw_train.table[["qid", "arm"]].astype(str).merge(extra, on=["qid", "arm"], how="inner")
         train_stats = t.groupby("arm")["ret_score"].agg(["mean", "std"])
     st = train_stats.reindex(e["arm"])
     e["ret_score_z"] = (e["ret_score"].to_numpy() - st["mean"].to_numpy()) / st["std"].replace(0, 1).to_numpy()
-    return np.hstack([X, e[EXTRA].to_numpy(float)]), keys, train_stats
+    return np.hstack([X, e[cols].to_numpy(float)]), keys, train_stats
 
 
 def cv_choices(raw, labels_idx: pd.DataFrame, folds, *, spec: str, label: str, extra, seed: int) -> pd.Series:
@@ -138,12 +172,20 @@ def main(argv=None) -> int:
     queries = queries[queries["qid"].astype(str).isin(set(U.index))].reset_index(drop=True)
     folds = make_splits(queries, ["kfold"], n_folds=int(prereg["n_folds"]), random_state=a.seed)
     raw = raw.subset(list(U.index))
-    results = pd.read_parquet(run.results_path, columns=["qid", "arm", "rank", "docid", "score"])
-    extra = retrieval_columns(results[results["qid"].isin(set(U.index))], raw.arms)
+    results = pd.read_parquet(run.results_path, columns=["qid", "arm", "rank", "docid", "score", "text"])
+    results = results[results["qid"].isin(set(U.index))]
+    extra = retrieval_columns(results, raw.arms)
+    nr = run.no_retrieval_arms()[0]
+    book = labels[labels["arm"] == nr].set_index("qid")["answer"]
+    questions = queries.set_index(queries["qid"].astype(str))["question"]
+    book_cols = closed_book_columns(results, questions, book)
+    both = extra.merge(book_cols, on=["qid", "arm"], how="outer")
     lab_idx = labels.assign(qid=labels["qid"].astype(str), arm=labels["arm"].astype(str)).set_index(["qid", "arm"])
     kw = {"spec": prereg["features"], "label": prereg["label"], "seed": a.seed}
     choice_a = cv_choices(raw, lab_idx, folds, extra=None, **kw)
     choice_b = cv_choices(raw, lab_idx, folds, extra=extra, **kw)
+    choice_c = cv_choices(raw, lab_idx, folds, extra=book_cols, **kw)
+    choice_d = cv_choices(raw, lab_idx, folds, extra=both, **kw)
     qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str)
     rule = {}
     for f in folds:  # the per-type best arm of each fold's training part
@@ -152,22 +194,28 @@ def main(argv=None) -> int:
     rule = pd.Series(rule)
     res = {"config": a.config, "seed": a.seed, "design_part": source, "n_design": int(len(U)),
            "features": prereg["features"], "label": prereg["label"], "extra_columns": EXTRA,
+           "closed_book_columns": BOOK,
            "A (the router rebuilt)": summary(U, choice_a, folds),
            "B (A + retrieval-score columns)": summary(U, choice_b, folds),
+           "C (A + closed-book columns)": summary(U, choice_c, folds),
+           "D (A + both)": summary(U, choice_d, folds),
            "per-type best arm": summary(U, rule, folds),
-           "B against A": paired(U, choice_b, choice_a), "B against per-type best arm": paired(U, choice_b, rule),
+           "B against A": paired(U, choice_b, choice_a), "C against A": paired(U, choice_c, choice_a),
+           "D against A": paired(U, choice_d, choice_a), "B against per-type best arm": paired(U, choice_b, rule),
            "A against per-type best arm": paired(U, choice_a, rule)}
     lines = [f"# Within-type routing signal: a design-part probe (seed {a.seed})", "",
              f"`python benchmarks/within_type_probe.py {a.config} --seed {a.seed}`. {len(U):,} design queries of "
              f"{source}, the protocol's {prereg['n_folds']} folds, pooled; no test label is read.", "",
              "| router | mean utility | best single | gain | raw headroom captured |", "|---|---|---|---|---|"]
-    for k in ("A (the router rebuilt)", "B (A + retrieval-score columns)", "per-type best arm"):
+    for k in ("A (the router rebuilt)", "B (A + retrieval-score columns)", "C (A + closed-book columns)",
+              "D (A + both)", "per-type best arm"):
         v = res[k]
         lines.append(f"| {k} | {v['mean_utility']:.4f} | {v['best_single']:.4f} | {v['gain']:+.4f} | "
                      f"{100 * v['headroom_captured']:.1f}% |")
     lines += ["", "| paired on every design query | mean difference | improved | degraded | Wilcoxon p |",
               "|---|---|---|---|---|"]
-    for k in ("B against A", "B against per-type best arm", "A against per-type best arm"):
+    for k in ("B against A", "C against A", "D against A", "B against per-type best arm",
+              "A against per-type best arm"):
         v = res[k]
         lines.append(f"| {k} | {v['difference']:+.4f} | {v['improved']} | {v['degraded']} | {v['p_value']:.3g} |")
     md = "\n".join(lines) + "\n"
