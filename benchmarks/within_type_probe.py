@@ -21,7 +21,8 @@ first at routing time, at the cost of one generation per query; its text only, n
 Variant A is the protocol's router rebuilt from public parts (`FeaturePipeline` of the
 preregistered feature set, `LambdaMARTRanker` with its defaults, its training label); B adds the
 retrieval columns, C the closed-book columns, D both. Three variants against A: read their p
-values with that in mind (Bonferroni: times 3). Both are cross-validated on the protocol's design folds (seed 13); the
+values with that in mind (Bonferroni: times 3). B ran first; C and D were added after B's figure
+was seen, and nothing more was tried. Both are cross-validated on the protocol's design folds (seed 13); the
 figures are pooled over the folds. Only design queries are read.
 
     python benchmarks/within_type_probe.py demo [--seed 13]
