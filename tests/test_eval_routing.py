@@ -65,6 +65,36 @@ def _eval(U, out, **kw):
     return evaluate_router(U, out, **kw).iloc[0]
 
 
+def test_a_noise_scale_is_a_share_of_the_rows_own_headroom(U):
+    """noise_scale (utility units) becomes each row's noise floor against its own headroom (0.25
+    here), overriding a given share; without headroom it is NaN, not a division by zero."""
+    r = _eval(U, U.idxmax(axis=1), noise_scale=0.05, noise_floor=0.9)
+    assert r["noise_floor"] == pytest.approx(0.2)
+    assert bool(r["above_noise_floor"])  # captured 100% > 20%
+    flat = U.assign(bm25=U["none"], dense=U["none"])
+    r = _eval(flat, flat.idxmax(axis=1), noise_scale=0.05)
+    assert r["headroom"] == 0 and np.isnan(r["noise_floor"]) and not r["above_noise_floor"]
+
+
+def test_each_split_gets_its_own_noise_floor():
+    """Two splits with different headrooms: the same noise scale is a different share of each,
+    and the note names only the split whose headroom it exceeds."""
+    from ltrr.eval.report import report_notes
+
+    queries, U = _dataset(40)
+    splits = make_splits(queries, ["balanced", "leave-one-type-out"], random_state=0)
+    ev = evaluate_splits(U, splits, _predict(queries, U, splits), costs=COSTS, no_retrieval="none",
+                         queries=queries, noise_scale=0.2, n_resamples=50)
+    first = ev.table.drop_duplicates("split").set_index("split")
+    has = first["headroom"] > 1e-12
+    assert np.allclose(first.loc[has, "noise_floor"], 0.2 / first.loc[has, "headroom"])
+    assert first.loc[~has, "noise_floor"].isna().all() and (~has).sum() == 1  # the split without headroom
+    assert ev.meta["noise_scale"] == 0.2
+    assert sorted(first.loc[has, "noise_floor"].round(3)) == [0.4, 0.4, 1.2]  # balanced's headroom is 1/6
+    notes = [n for n in report_notes(ev) if "noise floor exceeds" in n]
+    assert len(notes) == 1 and "on balanced 120%:" in notes[0] and "leave-one-type-out" not in notes[0]
+
+
 def test_oracle_router_captures_all_headroom(U):
     r = _eval(U, U.idxmax(axis=1), noise_floor=0.1)
     assert r["best_single_arm"] == "bm25"
@@ -404,7 +434,7 @@ def test_no_headroom_and_a_noise_floor_above_it_are_said_in_words(tmp_path):
     assert "no headroom on this split: every arm ties or" in hr.loc["oracle headroom (utility)", "balanced"]
     notes = report_notes(ev)
     assert any(n.startswith("no headroom on this split") for n in notes)
-    assert any("noise floor is 200% of the headroom" in n for n in notes)
+    assert any("noise floor exceeds the headroom on balanced 200%" in n for n in notes)
     assert "warning: ltrr:svm-pointwise: liblinear did not converge in 1000 iterations on split balanced" in notes
     paths = write_report(ev, tmp_path)
     md = paths["eval.md"].read_text()

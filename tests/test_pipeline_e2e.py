@@ -295,15 +295,34 @@ def test_missing_stage_output_is_named(project, capsys, monkeypatch):
 
 
 def test_notebook_executes_on_the_run(project, run_a, monkeypatch):
+    """The analysis notebook, run as Jupyter runs it (the kernel in the project's notebooks/)
+    with the default run directory: it finds runs/demo from the project root (the folder holding
+    setup.cfg), makes no folder in notebooks/, and no output of it says nan."""
+    import re
+
     import nbformat
     from nbclient import NotebookClient
 
     root, _ = project
-    monkeypatch.setenv("LTRR_RUN_DIR", str(root / "a"))
+    proj = root / "nbproj"  # a project folder whose runs/demo is run "a"
+    (proj / "notebooks").mkdir(parents=True, exist_ok=True)
+    (proj / "setup.cfg").touch()
+    (proj / "runs").mkdir(exist_ok=True)
+    if not (proj / "runs" / "demo").exists():
+        (proj / "runs" / "demo").symlink_to(root / "a", target_is_directory=True)
+    monkeypatch.delenv("LTRR_RUN_DIR", raising=False)
     monkeypatch.setenv("LTRR_NOTEBOOK_OUT", str(root / "nb"))
     nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "analysis.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(proj / "notebooks")}}).execute()
+    assert list((proj / "notebooks").iterdir()) == []
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    texts = [o.get("text", "") for o in outputs] + [v for o in outputs for k, v in o.get("data", {}).items()
+                                                   if k.startswith("text/")]
+    assert any(str(proj.resolve() / "runs" / "demo") in t for t in texts)  # the run directory it printed
+    nans = [t for t in texts if re.search(r"\bnan%?\b", t, re.IGNORECASE)]
+    assert not nans, nans
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 4
     for png in ("utility", "headroom", "cost_utility"):
         assert (root / "nb" / f"{png}.png").stat().st_size > 1000

@@ -377,10 +377,14 @@ def summarise_outcomes(
     confidence: float = 0.95,
     noise_floor: float = float("nan"),
     alpha: float = 0.05,
+    noise_scale: float = float("nan"),
 ) -> dict:
     """Aggregate per-query outcomes into one result row (a dict; see `RESULT_COLUMNS`).
 
     ``p_adjusted`` equals ``p_value`` here (a family of one); `evaluate_routers` corrects it.
+    ``noise_scale`` (utility units: the mean per-query change that generator noise alone makes)
+    gives the row's ``noise_floor`` as its share of *these* queries' headroom (NaN without
+    headroom); without it, ``noise_floor`` is taken as given (a share already).
     """
     if len(outcomes) == 0:
         raise DataError("no test queries to evaluate")
@@ -402,6 +406,9 @@ def summarise_outcomes(
         return float(np.nanmean(v)) if len(v) and not np.isnan(v).all() else float("nan")
 
     floor = float(noise_floor) if noise_floor is not None else float("nan")
+    headroom = ci_o.estimate - ci_b.estimate
+    if noise_scale is not None and not math.isnan(float(noise_scale)):
+        floor = float(noise_scale) / headroom if headroom > 1e-12 else float("nan")
     hc = head.estimate
     return {
         "n_test": int(len(outcomes)),
@@ -416,7 +423,7 @@ def summarise_outcomes(
         "oracle_utility": ci_o.estimate,
         "oracle_ci_low": ci_o.low,
         "oracle_ci_high": ci_o.high,
-        "headroom": ci_o.estimate - ci_b.estimate,
+        "headroom": headroom,
         "headroom_captured": hc,
         "headroom_ci_low": head.low,
         "headroom_ci_high": head.high,

@@ -155,9 +155,12 @@ def plot_headroom(
     no_retrieval: str | None = None,
     title: str = "Share of the oracle headroom each router captures",
 ) -> Path:
-    """Bars of headroom captured with 95% CIs; the noise floor drawn as a shaded band.
+    """Bars of headroom captured with 95% CIs, and the noise floor.
 
-    ``noise_floor`` defaults to the table's ``noise_floor`` column (the first non-NaN value).
+    The noise floor is one query's label noise as a share of the headroom: a scale, not a
+    significance threshold (the p-values are). ``noise_floor`` draws one shaded band; by default
+    it is the table's ``noise_floor`` column: a band when every split has the same value, else
+    each split's own value in its legend entry (each is a share of that split's headroom).
     A split without headroom draws no bars; its legend entry (and, when no split has any
     headroom, a line across the axes) says why. Each split's legend entry gives its oracle
     headroom in utility, since a share of a tiny headroom swings widely; the y range is
@@ -166,9 +169,14 @@ def plot_headroom(
     from ltrr.eval.report import no_headroom_text
     names = _splits(table, splits)
     routers = list(dict.fromkeys(table["router"]))
+    per_split = {}
     if noise_floor is None:
-        nf = table["noise_floor"].dropna()
-        noise_floor = float(nf.iloc[0]) if len(nf) else float("nan")
+        per_split = {s: float(v.iloc[0]) for s in names
+                     if len(v := table.loc[table["split"] == s, "noise_floor"].dropna())}
+        values = set(per_split.values())
+        noise_floor = values.pop() if len(values) == 1 else float("nan")
+        if not math.isnan(noise_floor):
+            per_split = {}
     fig = _figure(min(16.0, max(6.0, 1.0 * len(routers) * max(1, len(names)) ** 0.5 + 2)), 5.5)
     ax = fig.add_subplot()
     width = 0.8 / len(names)
@@ -192,7 +200,9 @@ def plot_headroom(
             width,
             yerr=_err(est, lo, hi),
             capsize=3,
-            label=f"{s} (headroom {float(head.iloc[0]):.3f})" if len(head) else s,
+            label=(f"{s} (headroom {float(head.iloc[0]):.3f}" + (f"; noise floor ±{100 * per_split[s]:.0f}%"
+                                                                if s in per_split else "") + ")")
+            if len(head) else s,
         )
         drawn.append((at, est, lo, hi))
     ax.axhline(0, color="black", linewidth=0.8)
@@ -214,7 +224,7 @@ def plot_headroom(
             nf,
             color="red",
             alpha=0.12,
-            label=f"noise floor (±{nf:.0f}%): generator noise alone",
+            label=f"noise floor (±{nf:.0f}%): one query's label noise, not a significance threshold",
         )
         ax.axhline(nf, color="red", linewidth=1.0)
     if len(empty) == len(names):

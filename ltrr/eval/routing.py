@@ -17,11 +17,11 @@ Metrics (one row per split and router, see `evaluate_router`)
 - ``headroom_captured = (router - best single) / (oracle - best single)`` on the test set with a
   paired bootstrap CI: 1 for the oracle router, 0 for always choosing the best single arm,
   negative when the router does worse than it, and NaN when the oracle equals the best single
-  arm (there is no headroom to capture). It is reported beside ``noise_floor``, the share of
-  the headroom that generator noise alone produces (``noise_floor.share_of_headroom`` of the
-  labels summary): the mean per-query change that noise alone makes, as a share of the
-  headroom. It is a scale of one query's label noise, not a test (noise in a mean shrinks as
-  1/sqrt(n); ``above_noise_floor`` only compares the two shares);
+  arm (there is no headroom to capture). It is reported beside ``noise_floor``: the mean
+  per-query change that generator noise alone makes (``noise_scale``, the labels summary's
+  ``noise_floor.mean_abs_diff``) as a share of the same split's headroom. It is a scale of one
+  query's label noise, not a test (noise in a mean shrinks as 1/sqrt(n); ``above_noise_floor``
+  only compares the two shares);
 - a paired two-sided Wilcoxon test of per-query utility against the best single arm, with a
   Bonferroni (or Holm) correction across the routers compared in one split
   (`evaluate_routers`), and the counts of test queries improved / degraded / equal;
@@ -95,6 +95,7 @@ def evaluate_router(
     no_retrieval: str,
     random_state=0,
     noise_floor: float = float("nan"),
+    noise_scale: float = float("nan"),
     gains: pd.DataFrame | None = None,
     k: int = 3,
     n_resamples: int = 1000,
@@ -123,7 +124,10 @@ def evaluate_router(
         resamples).
     noise_floor : float
         Share of the oracle headroom explained by generator noise, shown beside
-        ``headroom_captured``.
+        ``headroom_captured``; ignored when ``noise_scale`` is given.
+    noise_scale : float
+        The mean per-query utility change that generator noise alone makes; the row's
+        ``noise_floor`` is then its share of this split's headroom.
     gains : DataFrame, optional
         Gold gains for nDCG; default the normalised gains of ``U``.
     k, n_resamples, confidence, alpha
@@ -161,6 +165,7 @@ def evaluate_router(
         n_resamples=n_resamples,
         confidence=confidence,
         noise_floor=noise_floor,
+        noise_scale=noise_scale,
         alpha=alpha,
     )
     return pd.DataFrame(
@@ -319,6 +324,7 @@ def evaluate_splits(
     confidence: float = 0.95,
     random_state=0,
     pool_families: Sequence[str] = ("kfold",),
+    noise_scale: float = float("nan"),
 ) -> Evaluation:
     """Evaluate every router on every split; pool the folds of k-fold families.
 
@@ -337,6 +343,10 @@ def evaluate_splits(
         Families whose splits' test sets partition the queries; they get a pooled row named
         after the family, from the concatenated per-query outcomes (each query with the best
         single arm of its own fold). ``n_train`` of a pooled row is the mean over its folds.
+    noise_floor, noise_scale : float
+        As `evaluate_router`'s: with ``noise_scale`` (utility units) each row's noise floor is
+        its share of that row's own headroom, so a split with little headroom shows how large
+        the noise is against it.
 
     Returns
     -------
@@ -361,6 +371,7 @@ def evaluate_splits(
         n_resamples=n_resamples,
         confidence=confidence,
         noise_floor=noise_floor,
+        noise_scale=noise_scale,
         alpha=alpha,
     )
     rows, per_q, arm_rows = [], [], []
@@ -453,6 +464,7 @@ def evaluate_splits(
         "n_resamples": int(n_resamples),
         "confidence": confidence,
         "noise_floor": float(noise_floor),
+        "noise_scale": float(noise_scale),
         "random_state": seed,
         "no_retrieval": no_retrieval,
         "arms": list(U.columns),

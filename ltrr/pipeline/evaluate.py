@@ -81,7 +81,10 @@ def eval_fingerprint(run: RunContext) -> str:
     ecfg = {k: v for k, v in run.config.eval.items() if k not in ("retrieval_measures", "n_jobs")}
     return input_fingerprint({"labels": run.fingerprint_of("label"), "features": run.fingerprint_of("features"),
                               "eval": ecfg, "train": run.config.train.to_dict(), "seed": run.config.seed,
-                              "ranker_defaults": {r: ranker_defaults(r) for r in _rankers(run)}})
+                              "ranker_defaults": {r: ranker_defaults(r) for r in _rankers(run)},
+                              # the report's noise floor is a share of each split's own headroom
+                              # (it was the labels' overall share): a report made before is redone
+                              "noise_floor": "per split"})
 
 
 def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
@@ -139,13 +142,13 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
                 predictions[split_name][f"ltrr:{rk}"] = scores
                 warned += [f"ltrr:{rk}: {note} on split {split_name}" for note in notes]
                 importances = imp or importances
-    nf = float("nan")
+    noise = float("nan")  # per query, in utility: each split's report gives it as a share of its own headroom
     summary_path = run.labels_dir / "summary.json"
     if summary_path.exists():
-        nf = json.loads(summary_path.read_text()).get("noise_floor", {}).get("share_of_headroom", float("nan"))
+        noise = json.loads(summary_path.read_text()).get("noise_floor", {}).get("mean_abs_diff", float("nan"))
     nr = run.no_retrieval_arms()[0]
     ev = evaluate_splits(U, splits, predictions, costs=run.pool.costs, no_retrieval=nr, queries=queries, gains=gains,
-                         noise_floor=nf, correction=ecfg.correction, k=ecfg.k, n_resamples=ecfg.n_bootstrap,
+                         noise_scale=noise, correction=ecfg.correction, k=ecfg.k, n_resamples=ecfg.n_bootstrap,
                          random_state=run.config.seed)
     ev.meta["warnings"] = warned
     paths = write_report(ev, run.reports_dir)
