@@ -172,20 +172,53 @@ def test_arm_mapping_must_cover_every_arm_the_router_can_choose(trained):
     assert list(LTRRouterTransformer(folder, mapping).arms) == ["bm25", "bm25+stoch", "dense"]
 
 
-def test_notebook_runs(trained, tmp_path, monkeypatch):
+@pytest.mark.parametrize("design", [False, True], ids=["defaults-in-sample", "design-router"])
+def test_notebook_runs(trained, tmp_path, monkeypatch, design):
+    """The notebook on the tiny router, measured at the arms' k (5 here). With its default paths,
+    from the notebooks/ folder of a project (they are taken from the folder holding setup.cfg), on
+    a router trained on every query: said to be in-sample. With a ``<ranker>-design`` router of
+    the run named by the environment (a copy of the tiny router stands in for a design-only one):
+    on the protocol's test part alone."""
+    import shutil
+
     import nbformat
     from nbclient import NotebookClient
 
+    from ltrr.pipeline import Run
+
     folder, *_ = trained
-    monkeypatch.setenv("LTRR_PT_ROUTER", str(folder))
-    monkeypatch.setenv("LTRR_PT_DATASET", str(folder.parent / "ds"))
+    root = folder.parent  # train_router's folder: the dataset ds, the config c.toml
+    kernel_dir = tmp_path
+    for var in ("LTRR_PT_ROUTER", "LTRR_PT_DATASET", "LTRR_PT_CONFIG", "LTRR_DATA_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    if design:
+        config = root / "c.toml"
+        run = Run(load_config(config))
+        folder = shutil.copytree(folder, run.workdir / "models" / "xgboost-pointwise-design", dirs_exist_ok=True)
+        n_test = len(run.protocol_part("test")[0])
+        monkeypatch.setenv("LTRR_PT_CONFIG", str(config))
+        monkeypatch.setenv("LTRR_PT_ROUTER", str(folder))
+        monkeypatch.setenv("LTRR_PT_DATASET", str(root / "ds"))
+    else:  # the defaults: runs/demo/models/lambdamart-listwise and data/built/demo-grown
+        project = tmp_path / "project"
+        (project / "notebooks").mkdir(parents=True)
+        (project / "setup.cfg").touch()
+        shutil.copytree(folder, project / "runs" / "demo" / "models" / "lambdamart-listwise")
+        shutil.copytree(root / "ds", project / "data" / "built" / "demo-grown")
+        kernel_dir = project / "notebooks"
     monkeypatch.setenv("LTRR_PT_IMPORT", "_wiki")  # the fast hash encoder of the tiny pool
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "pyterrier.ipynb", as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(kernel_dir)}}).execute()
     text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "routed" in text and "nDCG@10" in text
+    assert "routed" in text and all(m in text for m in ("P@5", "R@5", "nDCG@5", "RR"))
+    assert "nDCG@10" not in text
+    if design:
+        assert f"out of sample: {n_test} topics, the test part" in text and "in-sample" not in text
+    else:
+        assert "in-sample: lambdamart-listwise was trained on every labelled query" in text
+        assert "out of sample" not in text and list((project / "notebooks").iterdir()) == []
 
 
 def test_a_router_with_a_relative_index_dir_is_routed_from_any_folder(trained, tmp_path, monkeypatch, capsys):
