@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     from ltrr.agent.run import agent_dir
     from ltrr.cli import main as ltrr
     from ltrr.config import load_config
+    from ltrr.data.io import atomic_path, write_text_atomic
     from ltrr.pipeline import Run
 
     run = Run(load_config(args.config), log=lambda m: None)
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     doc = {"config": args.config, "policy": str(folder), **{k: v for k, v in rec.items() if k != "loss"},
            "seconds_per_step": round(rec["seconds_this_leg"] / max(1, rec["steps"]), 1), "loss": rec["loss"]}
     OUT.mkdir(exist_ok=True)
-    (OUT / "agent_sft.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_text_atomic(OUT / "agent_sft.json", json.dumps(doc, indent=1) + "\n")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +49,8 @@ def main(argv=None) -> int:
     ax.set_ylabel("loss (model-written tokens)")
     ax.set_title(f"SFT of the router policy: {rec['examples']} trajectories, {rec['seconds_this_leg']:.0f}s")
     fig.tight_layout()
-    fig.savefig(OUT / "agent_sft_loss.png", dpi=120)
+    with atomic_path(OUT / "agent_sft_loss.png", suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=120)
     print(json.dumps({k: v for k, v in doc.items() if k != "loss"}, indent=1))
     return 0
 

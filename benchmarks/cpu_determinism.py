@@ -265,8 +265,10 @@ def main() -> int:
         result[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     text = json.dumps(result, indent=1)
     if args.out:
+        from ltrr.data.io import write_text_atomic
+
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_text_atomic(args.out, text + "\n")
     print(text)
     return 0
 

@@ -66,8 +66,10 @@ def main(argv=None) -> int:
            "one_process_s": round(one_s, 1), "dask_s": round(many_s, 1),
            "speedup": round(one_s / many_s, 2), "cache_rows_one": one_rows, "cache_rows_dask": many_rows,
            "labels_byte_identical": identical, "cpus": os.cpu_count()}
+    from ltrr.data.io import write_text_atomic
+
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(doc, indent=2) + "\n")
+    write_text_atomic(OUT, json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
     return 0 if identical else 1
 

@@ -27,18 +27,19 @@ OUT = Path(__file__).resolve().parent / "results" / "dask_ranker.json"
 def main(argv=None) -> int:
     from dask.distributed import Client, LocalCluster
 
-    from ltrr import _log
     from ltrr.config import load_config
+    from ltrr.data.io import write_text_atomic
     from ltrr.dist.rankers import check_group_partitions, dask_training, query_partitions
     from ltrr.eval.protocol import design_test_partition
     from ltrr.pipeline import Run
+    from ltrr.progress import configure
     from ltrr.rankers.base import mean_ndcg
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default="demo", help="a labelled run's config (default: demo)")
     ap.add_argument("--out", type=Path, default=OUT, help="the JSON file written")
     args = ap.parse_args(argv)
-    _log.configure()
+    configure()
     run = Run(load_config(args.config))
     labels, raw = run.training_inputs("bench")
     q = run.dataset.queries[run.dataset.queries["qid"].astype(str).isin(set(map(str, raw.qids)))]
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     res["group_split_check"] = "passed: every partition holds whole queries"
     res["ndcg_diff"] = res["dask_ndcg@3"] - res["local_ndcg@3"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=2) + "\n")
+    write_text_atomic(args.out, json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))
     return 0
 

@@ -75,7 +75,9 @@ def main(argv=None) -> int:
                    f'prebuilt = ""\ncache = "{work / "cache.sqlite"}"\n')
     register_reader()
     from ltrr.cli import main as ltrr
+    from ltrr.data.io import write_text_atomic
 
+    out = Path(args.out).resolve() if args.out else None  # before the chdir: --out is relative to the caller
     os.chdir(work)  # features/<run>/ is written under the working directory
     rows = []
     for stage in args.stages.split(","):
@@ -88,8 +90,8 @@ def main(argv=None) -> int:
     doc = {"config": args.config, "work": str(work), "stages": rows,
            "total_s": round(sum(r["seconds"] for r in rows), 1)}
     print(json.dumps(doc, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    if out:
+        write_text_atomic(out, json.dumps(doc, indent=1) + "\n")
     return 0 if all(r["exit"] == 0 for r in rows) else 1
 
 

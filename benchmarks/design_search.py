@@ -170,9 +170,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated option names (default: all)")
     ap.add_argument("--table-only", action="store_true", help="only options already labelled")
     args = ap.parse_args(argv)
-    from ltrr import _log
+    from ltrr.data.io import write_text_atomic
+    from ltrr.progress import configure
 
-    _log.configure()  # quiet library progress bars when the output goes to a log file
+    configure()  # quiet library progress bars when the output goes to a log file
     names = args.only.split(",") if args.only else list(OPTIONS)
     unknown = [n for n in names if n not in OPTIONS]
     if unknown:
@@ -197,7 +198,7 @@ def main(argv=None) -> int:
                 "tie_rate": s["tie_rate"], "noise_floor": s.get("noise_floor"),
             }
         doc["rows"] = [r for r in doc["rows"] if r["option"] != name] + cv_table(name, res["run"])
-        done_path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+        write_text_atomic(done_path, json.dumps(doc, indent=2, default=float) + "\n")  # the resume ledger
         write_markdown(doc)
     return 0
 
@@ -218,7 +219,9 @@ def write_markdown(doc: dict) -> None:
             f"{100 * r['captured']:.0f}% [{100 * r['ci_low']:.0f}%, {100 * r['ci_high']:.0f}%]"
         lines.append(f"| {r['option']} | {r['label']} | {r['metric']} | {r['best_single']:.3f} | "
                      f"{r['router']:.3f} | {r['oracle']:.3f} | {r['headroom']:.3f} | {cap} | {r['p']:.3g} |")
-    (OUT / "design_search.md").write_text("\n".join(lines) + "\n")
+    from ltrr.data.io import write_text_atomic
+
+    write_text_atomic(OUT / "design_search.md", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

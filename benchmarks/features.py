@@ -36,7 +36,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from ltrr.data.io import data_root, load_dataset  # noqa: E402
+from ltrr.data.io import data_root, load_dataset, write_text_atomic  # noqa: E402
 
 # Written to look like real search-box input, not like the demo's generated queries; half of
 # the questions have no question mark. 1 = natural-language question or request, 0 = keywords.
@@ -189,8 +189,7 @@ def main() -> None:
     if args.what in ("querytype", "all"):
         out["querytype"] = bench_querytype(args.splits)
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(out, fh, indent=2)
+        write_text_atomic(args.out, json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from ltrr.data.io import write_text_atomic  # noqa: E402
 from ltrr.generation import (  # noqa: E402
     CachedGenerator,
     DecodingParams,
@@ -357,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         text = json.dumps(report, indent=2)
         print(text)
         if args.out:
-            args.out.write_text(text + "\n")
+            write_text_atomic(args.out, text + "\n")
         return 0
     gen = make_generator(json.loads(args.generator))
     report: dict = {"generator": gen.identity}
@@ -370,9 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2, ensure_ascii=False)
     print(text)
     if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.out)
+        write_text_atomic(args.out, text + "\n")
     return 0
 
 

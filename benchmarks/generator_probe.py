@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ltrr.data.io import atomic_path, write_text_atomic
 from ltrr.eval.protocol import design_test_partition
 from ltrr.generation import answer_batch, load_template, make_generator
 from ltrr.generation.cache import CachedGenerator, GenerationCache
@@ -142,8 +143,9 @@ def main() -> None:
     df = run(items, Path(a.cache))
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out.with_suffix(".csv"), index=False)
-    out.write_text("# Generator probe on design questions (partition seed 13)\n\n"
+    with atomic_path(out.with_suffix(".csv")) as tmp:
+        df.to_csv(tmp, index=False)
+    write_text_atomic(out, "# Generator probe on design questions (partition seed 13)\n\n"
                    f"{sum(i['kind'] == 'single' for i in items)} single-hop and "
                    f"{sum(i['kind'] == 'multihop' for i in items)} multihop design questions; cells are "
                    "contains / token F1 / token recall; gap = gold minus near-miss.\n\n" + table(df) + "\n")

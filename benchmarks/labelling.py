@@ -1,6 +1,7 @@
 """Labelling throughput against the bare generator, measured side by side in one run.
 
-For each of N demo queries (interleaved, so both sides see the same machine load):
+For each of N demo queries (interleaved, so both sides see the same machine load, and each side
+goes first on every other query, so neither always runs on what the other just warmed):
 
 - bare: the same first prompts the labeller sends (built with `ltrr.generation.build_prompt`)
   go straight to the backend's ``generate``;
@@ -30,6 +31,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pandas as pd  # noqa: E402
 
 from ltrr.config import load_config  # noqa: E402
+from ltrr.data.io import write_text_atomic  # noqa: E402
 from ltrr.generation import (  # noqa: E402
     CachedGenerator,
     GenerationCache,
@@ -74,16 +76,29 @@ def main() -> None:
                 docs = None if arm == "none" else results[(results["qid"] == q["qid"].iloc[0]) & (results["arm"] == arm)].sort_values("rank")["text"].tolist()
                 prompts.append(build_prompt(template, q["question"].iloc[0], docs, generator=backend,
                                             max_new_tokens=params.max_new_tokens).messages)
-            t0 = time.perf_counter()
-            backend.generate(prompts, params)
-            bare_t += time.perf_counter() - t0
-            bare_calls += len(prompts)
-            before = cached.generator_calls
-            t0 = time.perf_counter()
-            label_queries(q, results[results["qid"] == q["qid"].iloc[0]], arms=arms, no_retrieval="none",
-                          generator=cached, template=template, scorer=scorer, metric_name="f1", params=params)
-            lab_t += time.perf_counter() - t0
-            lab_calls += cached.generator_calls - before
+
+            def bare(q=q, prompts=prompts) -> tuple[float, int]:
+                t0 = time.perf_counter()
+                backend.generate(prompts, params)
+                return time.perf_counter() - t0, len(prompts)
+
+            def labelling(q=q) -> tuple[float, int]:
+                before = cached.generator_calls
+                t0 = time.perf_counter()
+                label_queries(q, results[results["qid"] == q["qid"].iloc[0]], arms=arms, no_retrieval="none",
+                              generator=cached, template=template, scorer=scorer, metric_name="f1", params=params)
+                return time.perf_counter() - t0, cached.generator_calls - before
+
+            # each side goes first on every other query, so neither always runs second, on a
+            # backend whose state (a prompt cache, warm memory) the other side has just left
+            timed = {}
+            for name, side in ([("bare", bare), ("labelling", labelling)] if i % 2 == 0
+                               else [("labelling", labelling), ("bare", bare)]):
+                timed[name] = side()
+            bare_t += timed["bare"][0]
+            bare_calls += timed["bare"][1]
+            lab_t += timed["labelling"][0]
+            lab_calls += timed["labelling"][1]
         cache.close()
     out = {
         "queries": len(queries), "arms": arms, "generator": backend.identity,
@@ -92,7 +107,7 @@ def main() -> None:
     }
     out["ratio"] = out["labelling"]["calls_per_s"] / out["bare"]["calls_per_s"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    write_text_atomic(args.out, json.dumps(out, indent=2))
     print(f"bare backend : {bare_calls:.0f} calls in {bare_t:.1f}s = {out['bare']['calls_per_s']:.3f} calls/s")
     print(f"labelling    : {lab_calls:.0f} calls in {lab_t:.1f}s = {out['labelling']['calls_per_s']:.3f} calls/s")
     print(f"labelling / bare throughput: {out['ratio']:.3f}  -> {args.out}")

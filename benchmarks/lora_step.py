@@ -106,8 +106,9 @@ def main(argv=None) -> int:
     record = {"device": device, "torch": torch.__version__, "batch": args.batch, "length": args.length,
               "seed": args.seed, "rows": rows}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(record, f, indent=1)
+        from ltrr.data.io import write_text_atomic
+
+        write_text_atomic(args.out, json.dumps(record, indent=1))
     return 0
 
 

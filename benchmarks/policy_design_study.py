@@ -36,6 +36,7 @@ import numpy as np
 
 def main() -> None:
     from ltrr.config import load_config
+    from ltrr.data.io import write_text_atomic
     from ltrr.pipeline import Run
     from ltrr.policy.run import evaluate_policy
 
@@ -82,7 +83,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     doc = {"config": args.config, "seed": args.seed, "inner_seeds": inner, "cells": cells, "summary": summary,
            "chosen_calibration": choice}
-    (out / f"design_study_seed{args.seed}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_text_atomic(out / f"design_study_seed{args.seed}.json", json.dumps(doc, indent=1) + "\n")
     lines = [f"Design study (partition seed {args.seed}, design part only; inner splits {inner}).", "",
              "| calibration | fraction | trainer | mean cost | within B (all splits) | mean utility | mean curve | "
              "mean diff | non-inferior splits |", "|---|---|---|---|---|---|---|---|---|"]
@@ -97,7 +98,7 @@ def main() -> None:
     lines += [""] + [f"- {v}: mean utility {summary[v]['mean_utility']:.4f}, mean diff to the curve "
                      f"{summary[v]['mean_diff']:+.4f}, budget held in every cell: {summary[v]['all_within_budget']}"
                      for v in variants] + ["", f"Chosen: calibration = {choice!r}."]
-    (out / f"design_study_seed{args.seed}.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / f"design_study_seed{args.seed}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

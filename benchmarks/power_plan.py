@@ -13,7 +13,7 @@ the raw headroom of the sample times demo-signal's measured ratio of corrected t
 headroom. The router's differences are unknown before a router is chosen: ``sd`` is bracketed
 by demo-signal's design CV (0.24) and by sd(oracle - best single) on the sample.
 
-    python benchmarks/power_plan.py demo-qwen [--out benchmarks/results/protocol_demo_qwen/power_plan.md]
+    python benchmarks/power_plan.py demo-qwen [--out benchmarks/results/protocol_demo_qwen/power_plan.json]
 
 ``--grown``: for a dataset grown in rounds, the re-check on the grown type mix. The sample is the
 first round's design sample plus the same seeded sample of each later round's design queries
@@ -124,8 +124,10 @@ def main() -> None:
     nc = signal["headline"]["noise_corrected"]
     ratio = nc["headroom_corrected"] / signal["headline"]["headroom_raw"]
     result = plan(labels, n_test, nc_over_raw=ratio, weights=weights)
+    from ltrr.data.io import write_text_atomic
+
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_text_atomic(a.out, json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

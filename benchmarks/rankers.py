@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ltrr.config import load_config  # noqa: E402
+from ltrr.data.io import write_text_atomic  # noqa: E402
 from ltrr.pipeline import Run  # noqa: E402
 from ltrr.rankers import rankers  # noqa: E402
 from ltrr.routers import LTRRouter  # noqa: E402
@@ -74,11 +75,11 @@ def main() -> None:
         print(rows[-1], flush=True)
     df = pd.DataFrame(rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=2))
+    write_text_atomic(args.out, json.dumps(rows, indent=2))
     from ltrr.eval.report import markdown_table
 
     md = markdown_table(df.set_index("ranker"), ".2f")
-    Path(args.out).with_suffix(".md").write_text(md + "\n")
+    write_text_atomic(Path(args.out).with_suffix(".md"), md + "\n")
     print(md)
 
 

@@ -3,7 +3,8 @@
 For each query of a run, starting from that query's results as the pool returns them (a
 DataFrame; query embedding as computed by the dense arm, passage embeddings from the dense
 index): extract its raw features, transform them with the fitted feature pipeline and rank its
-arms with an XGBoost router. Two paths are timed side by side on the same queries:
+arms with an XGBoost router. Two paths are timed side by side on the same queries, interleaved,
+each going first on every other query:
 
 * ``per_query``: `extract_query` + `LTRRouter.route_query` (numpy only; what `route` uses);
 * ``table``: `extract_raw` + `LTRRouter.choose` on a one-query table (the batch path).
@@ -31,6 +32,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ltrr.config import load_config  # noqa: E402
+from ltrr.data.io import write_text_atomic  # noqa: E402
 from ltrr.features import extract_query, extract_raw  # noqa: E402
 from ltrr.pipeline import Run  # noqa: E402
 from ltrr.routers import LTRRouter  # noqa: E402
@@ -72,13 +74,16 @@ def main() -> None:
     for f in (per_query, table):  # warm-up: lazy imports, caches, the booster
         f(qids[0])
     lat = {"per_query": [], "table": []}
-    for q in qids:  # interleaved, so both paths see the same machine state
-        picks = []
-        for name, f in (("per_query", per_query), ("table", table)):
+    for i, q in enumerate(qids):  # interleaved, so both paths see the same machine state
+        picks = {}
+        order = [("per_query", per_query), ("table", table)]
+        if i % 2:  # each path goes first on every other query: neither always runs on a warmed cache
+            order.reverse()
+        for name, f in order:
             t0 = time.perf_counter()
-            picks.append(f(q))
+            picks[name] = f(q)
             lat[name].append(time.perf_counter() - t0)
-        if picks[0] != picks[1]:
+        if picks["per_query"] != picks["table"]:
             raise SystemExit(f"the two paths disagree on query {q}: {picks}")
     rates = []
     for _ in range(3):  # the median of three passes over every query of the run
@@ -95,7 +100,7 @@ def main() -> None:
     out["table_over_per_query_p50"] = out["table"]["p50_ms"] / out["per_query"]["p50_ms"]
     out["batch_feature_rows_per_s"] = rows_s
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
+    write_text_atomic(args.out, json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
 
 

@@ -126,7 +126,9 @@ def main() -> None:
     for stage in ("index", "label"):
         subprocess.run([sys.executable, "-m", "ltrr.cli", stage, str(cfg)], check=True)
     summary = json.loads(Path(f"runs/user-data-{a.generator}/run/labels/summary.json").read_text())
-    (a.out / f"summary-{a.generator}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    from ltrr.data.io import write_text_atomic
+
+    write_text_atomic(a.out / f"summary-{a.generator}.json", json.dumps(summary, indent=2) + "\n")
     print(f"{n} queries; per-arm utility (contains):")
     print(json.dumps({k: summary[k] for k in summary if k in ("queries", "arms", "best_single_arm", "best_single", "oracle", "headroom", "tie_rate", "fallback_rate")},
                      indent=2))

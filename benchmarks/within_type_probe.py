@@ -19,11 +19,12 @@ first at routing time, at the cost of one generation per query; its text only, n
 - ``cb_new_tokens``: how many such words the answer has.
 
 Variant A is the protocol's router rebuilt from public parts (`FeaturePipeline` of the
-preregistered feature set, `LambdaMARTRanker` with its defaults, its training label); B adds the
-retrieval columns, C the closed-book columns, D both. Three variants against A: read their p
-values with that in mind (Bonferroni: times 3). B ran first; C and D were added after B's figure
-was seen, and nothing more was tried. Both are cross-validated on the protocol's design folds (seed 13); the
-figures are pooled over the folds. Only design queries are read.
+preregistered feature set, the preregistered ranker seeded by ``[run] seed`` with ``[train]
+params``, as `ltrr.pipeline.Run.make_router` builds it, and its training label); B adds the
+retrieval columns, C the closed-book columns, D both. All four are cross-validated on the
+protocol's design folds, pooled over the folds. Only design queries are read. Three variants
+against A: read their p values with that in mind (Bonferroni: times 3). B ran first; C and D were
+added after B's figure was seen, and nothing more was tried.
 
     python benchmarks/within_type_probe.py demo [--seed 13]
 
@@ -106,9 +107,9 @@ def fold_matrix(raw_train, raw_part, extra: pd.DataFrame | None, spec: str, trai
     return np.hstack([X, e[cols].to_numpy(float)]), keys, train_stats
 
 
-def cv_choices(raw, labels_idx: pd.DataFrame, folds, *, spec: str, label: str, extra, seed: int) -> pd.Series:
-    """The arm each design query gets from a LambdaMART fit on its fold's training queries."""
-    from ltrr.rankers import LambdaMARTRanker
+def cv_choices(raw, labels_idx: pd.DataFrame, folds, *, ranker, spec: str, label: str, extra) -> pd.Series:
+    """The arm each design query gets from a clone of ``ranker`` fit on its fold's training queries."""
+    from sklearn.base import clone
 
     chosen = {}
     for f in folds:
@@ -118,7 +119,7 @@ def cv_choices(raw, labels_idx: pd.DataFrame, folds, *, spec: str, label: str, e
         y = labels_idx.reindex(pd.MultiIndex.from_frame(ktr))[label].to_numpy(float)
         ok = ~np.isnan(y)
         _, codes = np.unique(ktr["qid"].to_numpy()[ok], return_inverse=True)
-        model = LambdaMARTRanker(random_state=seed).fit(Xtr[ok], y[ok], qid=codes)
+        model = clone(ranker).fit(Xtr[ok], y[ok], qid=codes)
         kte = kte.assign(score=model.predict(Xte))
         order = {a: i for i, a in enumerate(raw.arms)}  # ties: the pool's order, as routers break them
         kte["pos"] = kte["arm"].map(order)
@@ -157,6 +158,7 @@ def main(argv=None) -> int:
     from ltrr.eval import make_splits
     from ltrr.eval.routing import utility_matrix
     from ltrr.pipeline import Run
+    from ltrr.rankers import rankers
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config")
@@ -165,7 +167,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     run = Run(load_config(a.config), log=lambda m: None)
     labels, raw = run.training_inputs("protocol")
-    prereg = json.loads((run.workdir / "protocol" / f"seed-{a.seed}" / "preregistration.json").read_text())
+    from learning_curve import read_preregistration  # this folder's learning_curve.py
+
+    prereg = read_preregistration(run, a.config, a.seed)
+    ranker = rankers.get(prereg["ranker"])(random_state=run.config.seed, **run.train_params(prereg["ranker"]))
     design, source = run.protocol_part("design", seed=a.seed, labels=labels)
     labels = labels[labels["qid"].isin(design)]  # the test part's rows, unread
     U = utility_matrix(labels)
@@ -182,7 +187,8 @@ def main(argv=None) -> int:
     book_cols = closed_book_columns(results, questions, book)
     both = extra.merge(book_cols, on=["qid", "arm"], how="outer")
     lab_idx = labels.assign(qid=labels["qid"].astype(str), arm=labels["arm"].astype(str)).set_index(["qid", "arm"])
-    kw = {"spec": prereg["features"], "label": prereg["label"], "seed": a.seed}
+    # the protocol builds its candidates as the run does: seeded by [run] seed, with [train] params
+    kw = {"ranker": ranker, "spec": prereg["features"], "label": prereg["label"]}
     choice_a = cv_choices(raw, lab_idx, folds, extra=None, **kw)
     choice_b = cv_choices(raw, lab_idx, folds, extra=extra, **kw)
     choice_c = cv_choices(raw, lab_idx, folds, extra=book_cols, **kw)
@@ -191,7 +197,8 @@ def main(argv=None) -> int:
     rule = {}
     for f in folds:  # the per-type best arm of each fold's training part
         means = U.loc[list(f.train)].groupby(qtype.loc[list(f.train)].to_numpy()).mean()
-        rule.update({q: means.loc[qtype[q]].idxmax() for q in f.test})
+        overall = U.loc[list(f.train)].mean()  # a type the training part lacks: the best single arm
+        rule.update({q: (means.loc[qtype[q]] if qtype[q] in means.index else overall).idxmax() for q in f.test})
     rule = pd.Series(rule)
     res = {"config": a.config, "seed": a.seed, "design_part": source, "n_design": int(len(U)),
            "features": prereg["features"], "label": prereg["label"], "extra_columns": EXTRA,

@@ -116,7 +116,9 @@ PRIVATE_ALLOWED_OUTSIDE = {("benchmarks/cpu_determinism.py", "ltrr._cpu")}
 
 def private_ltrr_imports(paths) -> list[str]:
     """``path:line: module`` for every import of a private ltrr module (``ltrr._x``, ``ltrr.a._y``)
-    in Python files or notebooks outside the package."""
+    or of a private name from an ltrr module (``from ltrr import _log``, ``from ltrr.eval.headline
+    import _cv_candidate``, reported as ``ltrr._log``, ``ltrr.eval.headline._cv_candidate``) in
+    Python files or notebooks outside the package."""
     import json
 
     found = []
@@ -126,13 +128,22 @@ def private_ltrr_imports(paths) -> list[str]:
             text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code")
             text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("%", "!")))
         for node in ast.walk(ast.parse(text, str(path))):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            for mod in names:
-                rel = path.relative_to(ROOT).as_posix()
-                if (mod.startswith("ltrr.") and any(_private(p) for p in mod.split(".")[1:])
-                        and (rel, mod) not in PRIVATE_ALLOWED_OUTSIDE):
-                    found.append((rel, node.lineno, mod))
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                source = node.module or ""
+                # the module itself, and each name taken from it (a private name is private too)
+                names = [source] + [f"{source}.{a.name}" for a in node.names if _private(a.name)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                names = []
+            rel = path.relative_to(ROOT).as_posix()
+            for mod in dict.fromkeys(names):
+                if mod.split(".")[0] != "ltrr" or not any(_private(p) for p in mod.split(".")[1:]):
+                    continue
+                # an allowed private module also covers the names imported from it
+                if any(mod == m or mod.startswith(m + ".") for r, m in PRIVATE_ALLOWED_OUTSIDE if r == rel):
+                    continue
+                found.append((rel, node.lineno, mod))
     return [f"{rel}:{line}: {mod}" for rel, line, mod in sorted(found)]
 
 
@@ -150,8 +161,12 @@ def test_the_outside_scan_finds_a_private_import(tmp_path):
     try:
         f = tmp_path / "bench.py"
         f.write_text("import ltrr\nfrom ltrr.errors import DataError\ndef g():\n    from ltrr._log import bar\n"
-                     "import ltrr.eval._x as y\n")
-        assert private_ltrr_imports([f]) == ["bench.py:4: ltrr._log", "bench.py:5: ltrr.eval._x"]
+                     "import ltrr.eval._x as y\nfrom ltrr import _log, __version__\n"
+                     "from ltrr.eval.headline import _cv_candidate, fit_predict_candidate\n"
+                     "from ltrr.progress import configure\n")
+        assert private_ltrr_imports([f]) == ["bench.py:4: ltrr._log", "bench.py:5: ltrr.eval._x",
+                                             "bench.py:6: ltrr._log",
+                                             "bench.py:7: ltrr.eval.headline._cv_candidate"]
     finally:
         ROOT = old
 
