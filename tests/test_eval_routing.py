@@ -464,3 +464,12 @@ def test_convergence_warnings_become_report_lines_and_others_pass_through():
             warnings.warn("something else", UserWarning, stacklevel=1)
     assert _convergence_notes(caught, router) == ["liblinear did not converge in 1 iterations"]
     assert [str(w.message) for w in outer] == ["something else"]  # not swallowed
+
+
+def test_the_noise_source_is_said_in_words():
+    from ltrr.pipeline.evaluate import noise_source_text
+
+    assert noise_source_text("every arm under short_answer_b@1") == (
+        "every arm answered again under a reworded prompt, short_answer_b@1")
+    assert noise_source_text("bm25") == "the bm25 arm's passages in another order"
+    assert noise_source_text("") == ""

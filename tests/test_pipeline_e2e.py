@@ -345,6 +345,7 @@ def test_no_headroom_prints_words_not_nan(project, capsys, monkeypatch):
     report = (root / "flat" / "reports" / "eval.md").read_text()
     assert "nan" not in report.lower() and "no headroom on this split" in report
     assert "| ltrr:lambdamart-listwise | no headroom |" in report
+    assert "noise alone makes (the bm25 arm's passages in another order), as a share of each split's" in report
     assert (root / "flat" / "reports" / "plots" / "headroom.png").stat().st_size > 1000
 
 

@@ -341,8 +341,9 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         "",
         "(router - best single) / (oracle - best single) on the test queries: 100% is the oracle, "
         "0% the best single arm, n/a when the oracle equals the best single arm. The noise floor "
-        "is the mean per-query change that generator noise alone makes (the reference arm's "
-        "passages in another order), as a share of the headroom: a scale of how noisy one query's "
+        "is the mean per-query change that generator noise alone makes"
+        + (f" ({meta['noise_source']})" if meta.get("noise_source") else "")
+        + ", as a share of each split's headroom: a scale of how noisy one query's "
         "label is, not a test (noise in a mean shrinks with the number of queries; the p-values "
         "below are the test).",
         "",

@@ -73,6 +73,16 @@ def _rankers(run: RunContext) -> list[str]:
     return list(run.config.train.rankers or DEFAULT_RANKERS)
 
 
+def noise_source_text(arm: str) -> str:
+    """What the labels' noise floor measured, in words, from its summary's ``arm`` field: a
+    replicate (``every arm under TEMPLATE``) or one arm's passages in another order."""
+    if not arm:
+        return ""
+    if arm.startswith("every arm under "):
+        return f"every arm answered again under a reworded prompt, {arm.removeprefix('every arm under ')}"
+    return f"the {arm} arm's passages in another order"
+
+
 def eval_fingerprint(run: RunContext) -> str:
     """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed,
     and the rankers' defaults (`ltrr.rankers.ranker_defaults`)."""
@@ -142,15 +152,17 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
                 predictions[split_name][f"ltrr:{rk}"] = scores
                 warned += [f"ltrr:{rk}: {note} on split {split_name}" for note in notes]
                 importances = imp or importances
-    noise = float("nan")  # per query, in utility: each split's report gives it as a share of its own headroom
+    noise, source = float("nan"), ""  # per query, in utility: each split's report gives it as a share of its headroom
     summary_path = run.labels_dir / "summary.json"
     if summary_path.exists():
-        noise = json.loads(summary_path.read_text()).get("noise_floor", {}).get("mean_abs_diff", float("nan"))
+        floor = json.loads(summary_path.read_text()).get("noise_floor", {})
+        noise, source = floor.get("mean_abs_diff", float("nan")), noise_source_text(str(floor.get("arm", "")))
     nr = run.no_retrieval_arms()[0]
     ev = evaluate_splits(U, splits, predictions, costs=run.pool.costs, no_retrieval=nr, queries=queries, gains=gains,
                          noise_scale=noise, correction=ecfg.correction, k=ecfg.k, n_resamples=ecfg.n_bootstrap,
                          random_state=run.config.seed)
     ev.meta["warnings"] = warned
+    ev.meta["noise_source"] = source
     paths = write_report(ev, run.reports_dir)
     pdir = run.reports_dir / "plots"
     paths["plot_utility"] = plots.plot_utility(ev.table, pdir / PLOTS["plot_utility"])
