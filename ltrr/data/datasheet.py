@@ -26,7 +26,7 @@ ATTRIBUTION = """\
 - **FanOutQA** (`fanout` and `noanswer` types): the dev set of FanOutQA (Zhu et al., ACL 2024),
   shipped in the `fanoutqa` 1.1.1 package, CC BY-SA 4.0. Questions and answers are used as
   released; numbers get a thousands-separated alias and lists are joined with commas.
-- **Generated questions** (`keyword`, `cloze`, `description`, `verbose`): derived from the
+- **Generated questions** (`keyword`, `cloze`, `description`, `verbose`, `multihop`): derived from the
   Wikipedia summaries and Wikidata short descriptions by ltrr's seeded rule-based generator
   (`ltrr/data/demo.py`); as adaptations of CC BY-SA text they are shared under CC BY-SA 4.0.
 - The built dataset is therefore distributed under CC BY-SA 4.0.
