@@ -161,3 +161,58 @@ def test_plots_run_headless_without_pyplot(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
+
+
+def _types_evaluation(names):
+    rng = np.random.default_rng(5)
+    qrows, urows = [], []
+    for g in range(30):
+        qtype = ["who", "when", "why"][g % 3]
+        for j in range(2):
+            qid = f"g{g}q{j}"
+            qrows.append({"qid": qid, "qtype": qtype, "group": f"g{g}"})
+            urows.append({"qid": qid, "none": rng.random(), "bm25": rng.random(), "dense": rng.random()})
+    queries, U = pd.DataFrame(qrows), pd.DataFrame(urows).set_index("qid")
+    splits = make_splits(queries, names, n_folds=3, random_state=0)
+    preds = {s.name: {"oracle": U.loc[list(s.test)].idxmax(axis=1)} for s in splits}
+    return evaluate_splits(U, splits, preds, costs=COSTS, no_retrieval="none", queries=queries,
+                           n_resamples=50)
+
+
+def test_the_per_type_plot_defaults_to_the_first_table_split_of_several_types(tmp_path, monkeypatch):
+    """It took the first row of by_type: a k-fold fold (in no table) or a one-type
+    leave-one-type-out split. Now the first split of the tables' order with more than one type
+    (the pooled k-fold row), named in the title; by_type files without the family column too."""
+    import ltrr.eval.plots as plots
+
+    ev = _types_evaluation(["leave-one-type-out", "kfold"])
+    assert ev.by_type["split"].iloc[0] == "leave-one-type-out:when"  # what the old default drew
+    seen = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and save(fig, path))
+    _read_png(plot_per_type(ev.by_type, tmp_path / "types.png"))
+    assert seen["fig"].axes[0].get_title() == "Mean utility per query type (split kfold, 60 test queries)"
+    from ltrr.eval.plots import type_split
+
+    assert type_split(ev.by_type) == type_split(ev.by_type, ev.table) == "kfold"
+    assert type_split(ev.by_type.drop(columns="family")) == "kfold"
+    only_folds = _types_evaluation(["kfold"])
+    assert only_folds.by_type["split"].iloc[0] == "kfold:0"
+    assert type_split(only_folds.by_type) == "kfold"
+    one_type = ev.by_type[ev.by_type["split"] == "leave-one-type-out:who"]
+    assert type_split(one_type) == "leave-one-type-out:who"  # nothing better: still a plot
+
+
+def test_the_per_type_headroom_plot_is_in_percent_and_na_below_the_minimum(tmp_path, monkeypatch):
+    import ltrr.eval.plots as plots
+
+    ev = _types_evaluation(["kfold"])
+    bt = ev.by_type.copy()
+    bt.loc[bt["qtype"] == "why", "n_headroom"] = 1
+    seen = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: seen.setdefault("fig", fig) and save(fig, path))
+    _read_png(plot_per_type(bt, tmp_path / "types-h.png", value="headroom_captured", split="kfold"))
+    texts = [t.get_text() for t in seen["fig"].axes[0].texts]
+    assert texts.count("n/a") == 1 and all(t == "n/a" or t.endswith("%") for t in texts)
+    assert "100%" in texts  # the oracle

@@ -120,8 +120,9 @@ def test_best_single_router_captures_nothing(U):
     assert r["headroom_captured"] == pytest.approx(0.0)
     assert r["p_value"] == 1.0
     assert (r["improved"], r["degraded"], r["equal"]) == (0, 0, 6)
-    # Retrieves everywhere; retrieval helped on 4 of 6 queries.
-    assert r["necessity_accuracy"] == pytest.approx(4 / 6)
+    # Retrieves everywhere; retrieval helped on 4 of the 5 informative queries (q4 ties: not
+    # counted, as for P@1; it was counted wrong before, 4 / 6).
+    assert r["necessity_accuracy"] == pytest.approx(4 / 5)
     # bm25 is gold-best on q1, q5, q6 of the 5 informative queries.
     assert r["p_at_1"] == pytest.approx(3 / 5)
 
@@ -473,3 +474,120 @@ def test_the_noise_source_is_said_in_words():
         "every arm answered again under a reworded prompt, short_answer_b@1")
     assert noise_source_text("bm25") == "the bm25 arm's passages in another order"
     assert noise_source_text("") == ""
+
+
+# ---- the report's fixes: necessity on untied queries, per-type counts, m, CI n/a, arms -------
+
+
+def test_necessity_accuracy_is_over_the_untied_queries_like_p_at_1():
+    """8 of 10 queries tie (every arm 0.5): retrieving cannot help there, so they say nothing
+    about necessity. Over all queries a router that never retrieves scored 0.8 and one that
+    always retrieves 0.2, the reverse of what they did on the two queries where it mattered."""
+    U = pd.DataFrame({"none": [0.5] * 8 + [0.0, 0.0], "bm25": [0.5] * 8 + [1.0, 1.0]},
+                     index=pd.Index([f"q{i}" for i in range(10)], name="qid"))
+    never = _eval(U, {q: "none" for q in U.index}, train_U=U, costs=None)
+    always = _eval(U, {q: "bm25" for q in U.index}, train_U=U, costs=None)
+    assert never["n_informative"] == 2
+    assert never["necessity_accuracy"] == 0.0 and never["p_at_1"] == 0.0
+    assert always["necessity_accuracy"] == 1.0 and always["p_at_1"] == 1.0
+    flat = U.assign(bm25=U["none"])  # no informative query: no accuracy, not a made-up one
+    assert np.isnan(_eval(flat, {q: "bm25" for q in U.index}, train_U=flat, costs=None)["necessity_accuracy"])
+
+
+def _types_eval(**kw):
+    queries, U = _dataset(40)
+    splits = make_splits(queries, ["leave-one-type-out", "kfold"], n_folds=4, random_state=0)
+    return evaluate_splits(U, splits, _predict(queries, U, splits), costs=COSTS, no_retrieval="none",
+                           queries=queries, n_resamples=100, **kw)
+
+
+def test_per_type_headroom_is_in_percent_with_its_queries_and_na_below_the_minimum():
+    """The per-type headroom table printed shares (0.313, -17.000) beside the main table's
+    percentages, with no count: a cell could rest on one query. Now: percent, each split's
+    row of test queries (with headroom), and n/a under MIN_TYPE_HEADROOM queries with headroom."""
+    ev = _types_eval()
+    md = report_markdown(ev)
+    part = md[md.index("## Per query type: headroom captured"):]
+    assert "| kfold | test queries (with headroom) | 26 (26) | 28 (0) | 26 (0) |" in part
+    assert "| kfold | type-rule | 100% | n/a | n/a |" in part
+    assert "1.000" not in part and "fewer than 5 of them" in part
+    from ltrr.eval.report import MIN_TYPE_HEADROOM, per_type_headroom_table
+
+    bt = ev.by_type.set_index(["split", "router", "qtype"])
+    # kfold: "when" queries all have headroom (dense beats the best arm bm25), the others none
+    assert bt.loc[("kfold", "type-rule", "when"), ["n", "n_headroom"]].tolist() == [26, 26]
+    assert bt.loc[("kfold", "type-rule", "who"), ["n", "n_headroom"]].tolist() == [28, 0]
+    t = per_type_headroom_table(ev.by_type, ["leave-one-type-out:when", "kfold"])
+    assert t.loc[("kfold", "test queries (with headroom)")].tolist() == ["26 (26)", "28 (0)", "26 (0)"]
+    assert t.loc[("kfold", "type-rule")].tolist() == ["100%", "n/a", "n/a"]
+    assert t.loc[("kfold", "always-bm25"), "when"] == "0%"
+    # one query with headroom: a share of -1700% printed as a number before, n/a now
+    few = ev.by_type.copy()
+    sel = (few["split"] == "kfold") & (few["qtype"] == "when")
+    few.loc[sel, "n_headroom"] = MIN_TYPE_HEADROOM - 1
+    few.loc[sel & (few["router"] == "always-bm25"), "headroom_captured"] = -17.0
+    t = per_type_headroom_table(few, ["kfold"])
+    assert t.loc[("kfold", "always-bm25"), "when"] == "n/a"
+    assert t.loc[("kfold", "test queries (with headroom)"), "when"] == "26 (4)"
+
+
+def test_pooled_arms_mark_the_best_single_arm_every_fold_chose_and_give_the_share():
+    """arms.csv's pooled rows said best_single False for every arm, so the cost-utility plot
+    ringed none; now True where every fold chose the arm, with each arm's share of the folds."""
+    ev = _types_eval()
+    pooled = ev.arms[ev.arms["split"] == "kfold"].set_index("arm")
+    folds = ev.arms[ev.arms["split"].str.startswith("kfold:")]
+    assert set(folds.loc[folds["best_single"], "arm"]) == {"bm25"}  # every fold chose bm25
+    assert pooled["best_single"].to_dict() == {"none": False, "bm25": True, "dense": False}
+    assert pooled["best_single_share"].to_dict() == {"none": 0.0, "bm25": 1.0, "dense": 0.0}
+    one = ev.arms[ev.arms["split"] == "leave-one-type-out:who"].set_index("arm")
+    assert one["best_single_share"].to_dict() == {"none": 0.0, "bm25": 0.0, "dense": 1.0}
+    # folds that disagree: no arm ringed, the shares say how they split
+    U = pd.DataFrame({"none": [0.0] * 4, "bm25": [1.0, 1.0, 0.0, 0.0], "dense": [0.0, 0.0, 1.0, 1.0]},
+                     index=pd.Index(["a", "b", "c", "d"], name="qid"))
+    from ltrr.eval.splits import Split
+
+    splits = [Split("kfold:0", "kfold", ("a", "b"), ("c", "d")), Split("kfold:1", "kfold", ("c", "d"), ("a", "b"))]
+    preds = {s.name: {"never": {q: "none" for q in s.test}} for s in splits}
+    arms = evaluate_splits(U, splits, preds, costs=COSTS, no_retrieval="none", n_resamples=20).arms
+    pooled = arms[arms["split"] == "kfold"].set_index("arm")
+    assert not pooled["best_single"].any()
+    assert pooled["best_single_share"].to_dict() == {"none": 0.0, "bm25": 0.5, "dense": 0.5}
+
+
+def test_the_legend_states_the_correction_family_size_m_and_the_holm_option():
+    ev = _types_eval()
+    md = report_markdown(ev)
+    assert "Bonferroni correction over the m = 2 routers of each split, baselines included" in md
+    assert '`[eval] correction = "holm"`' in md
+    holm = report_markdown(_types_eval(correction="holm"))
+    assert "Holm's step-down correction over the m = 2 routers of each split" in holm
+    from ltrr.eval.report import correction_text
+
+    t = ev.table.copy()
+    t.loc[(t["split"] == "kfold") & (t["router"] == "always-bm25"), "p_value"] = np.nan  # a test not run
+    assert "m = 1 to 2 routers" in correction_text(t, "bonferroni")
+
+
+def test_a_missing_headroom_ci_says_so_and_the_queries_with_headroom_are_counted():
+    """format_ci printed the bare estimate when the bootstrap gave no interval (more than half of
+    its resamples without headroom), as if it had none to give; now 'CI n/a', and the headroom
+    table counts the test queries with headroom."""
+    from ltrr.eval.report import format_ci
+
+    assert format_ci(0.3, float("nan"), float("nan"), percent=True) == "30% (CI n/a)"
+    assert format_ci(0.3, float("nan"), float("nan")) == "0.300 (CI n/a)"
+    assert format_ci(float("nan"), float("nan"), float("nan")) == "n/a"
+    ev = _types_eval()
+    t = ev.table.copy()
+    sel = (t["split"] == "kfold") & (t["router"] == "type-rule")
+    t.loc[sel, ["headroom_ci_low", "headroom_ci_high"]] = np.nan
+    hr = headroom_table(t)
+    assert hr.loc["type-rule", "kfold"] == "100% (CI n/a)"
+    assert hr.loc["test queries with headroom"].tolist() == ["26 of 26", "28 of 28", "0 of 26", "26 of 80"]
+    assert hr.loc["noise floor", "kfold"] == "n/a"  # a scale, not an estimate with a CI
+    first = ev.table.drop_duplicates("split").set_index("split")
+    assert first["n_headroom"].to_dict()["kfold"] == 26
+    assert "CI n/a where more than half of the bootstrap resamples" in report_markdown(ev)
+    old = headroom_table(t.drop(columns="n_headroom"))  # a results.csv from before the column
+    assert "test queries with headroom" not in old.index

@@ -57,6 +57,7 @@ RESULT_COLUMNS = [
     "oracle_ci_low",
     "oracle_ci_high",
     "headroom",
+    "n_headroom",
     "headroom_captured",
     "headroom_ci_low",
     "headroom_ci_high",
@@ -382,6 +383,10 @@ def summarise_outcomes(
     """Aggregate per-query outcomes into one result row (a dict; see `RESULT_COLUMNS`).
 
     ``p_adjusted`` equals ``p_value`` here (a family of one); `evaluate_routers` corrects it.
+    ``n_headroom`` counts the queries whose oracle utility beats the best single arm's (the
+    queries a router can gain on). ``necessity_accuracy`` is averaged over the informative
+    (untied) queries, as P@1 is: on a tie no retrieval arm beats no retrieval, so retrieving
+    would count as wrong there while it costs nothing in utility.
     ``noise_scale`` (utility units: the mean per-query change that generator noise alone makes)
     gives the row's ``noise_floor`` as its share of *these* queries' headroom (NaN without
     headroom); without it, ``noise_floor`` is taken as given (a share already).
@@ -401,8 +406,8 @@ def summarise_outcomes(
     informative = ~outcomes["tie"].to_numpy(dtype=bool)
     has_scores = bool(outcomes.attrs.get("has_scores", not outcomes["ndcg"].isna().all()))
 
-    def _mean(col: str) -> float:
-        v = outcomes.loc[informative, col].to_numpy(dtype=float)
+    def _mean(values) -> float:  # over the informative queries only
+        v = np.asarray(values, dtype=float)[informative]
         return float(np.nanmean(v)) if len(v) and not np.isnan(v).all() else float("nan")
 
     floor = float(noise_floor) if noise_floor is not None else float("nan")
@@ -424,6 +429,7 @@ def summarise_outcomes(
         "oracle_ci_low": ci_o.low,
         "oracle_ci_high": ci_o.high,
         "headroom": headroom,
+        "n_headroom": int((o > b + ATOL).sum()),
         "headroom_captured": hc,
         "headroom_ci_low": head.low,
         "headroom_ci_high": head.high,
@@ -441,11 +447,11 @@ def summarise_outcomes(
         "degraded": int((r < b - ATOL).sum()),
         "equal": int((np.abs(r - b) <= ATOL).sum()),
         "has_scores": has_scores,
-        "kendall_tau": _mean("kendall_tau") if has_scores else float("nan"),
-        "p_at_1": _mean("p_at_1"),
-        "ndcg_at_k": _mean("ndcg") if has_scores else float("nan"),
+        "kendall_tau": _mean(outcomes["kendall_tau"]) if has_scores else float("nan"),
+        "p_at_1": _mean(outcomes["p_at_1"]),
+        "ndcg_at_k": _mean(outcomes["ndcg"]) if has_scores else float("nan"),
         "k": int(outcomes.attrs.get("k", 0)),
-        "necessity_accuracy": float((outcomes["retrieved"] == outcomes["helped"]).mean()),
+        "necessity_accuracy": _mean(outcomes["retrieved"] == outcomes["helped"]),
         "retrieval_rate": float(outcomes["retrieved"].mean()),
         "mean_cost": float(outcomes["cost"].mean()),
     }

@@ -8,7 +8,8 @@ function returns the path it wrote.
 - `plot_utility`: mean utility with 95% CIs per router and split, beside the best single arm and
   the oracle.
 - `plot_headroom`: share of the oracle headroom captured, with the noise floor as a band.
-- `plot_per_type`: heatmap router x query type of mean utility (or headroom captured).
+- `plot_per_type`: heatmap router x query type of mean utility (or headroom captured) on one
+  split, by default `type_split`'s.
 - `plot_feature_importance`: the top features of a GBDT ranker.
 - `plot_cost_utility`: mean cost against mean utility for every router and single arm, with the
   cost-utility frontier of the single arms.
@@ -31,6 +32,7 @@ __all__ = [
     "plot_headroom",
     "headroom_axis",
     "plot_per_type",
+    "type_split",
     "plot_feature_importance",
     "plot_cost_utility",
 ]
@@ -239,6 +241,34 @@ def plot_headroom(
     return _save(fig, path)
 
 
+def type_split(by_type: pd.DataFrame, table: pd.DataFrame | None = None) -> str:
+    """The split a per-type plot shows by default: the first split, in the order of
+    `ltrr.eval.report.table_splits`, whose test queries hold more than one query type.
+
+    So a k-fold family gives its pooled row, never one fold, and a leave-one-type-out split (one
+    type) is passed over. Without ``table`` the order is ``by_type``'s, and a fold is told by its
+    ``family`` having a pooled row of the same name (``by_type`` files from before the column:
+    the part of the split name before ``:``). With no split of several types, the first split.
+    """
+    from ltrr.eval.report import table_splits
+
+    if by_type.empty:
+        raise DataError("no per-type results: pass queries (with qtype) to evaluate_splits")
+    have = list(dict.fromkeys(by_type["split"].astype(str)))
+    if table is not None:
+        order = [s for s in table_splits(table) if s in have]
+    else:
+        fam = (by_type["family"].astype(str) if "family" in by_type.columns
+               else by_type["split"].astype(str).str.split(":").str[0])
+        pooled = set(fam[fam == by_type["split"].astype(str)]) & set(have)
+        fold = (fam != by_type["split"].astype(str)) & fam.isin(pooled)
+        order = list(dict.fromkeys(by_type.loc[~fold, "split"].astype(str)))
+    if not order:
+        raise DataError(f"no per-type results for the splits of the table; have {', '.join(have)}")
+    n_types = by_type.groupby(by_type["split"].astype(str))["qtype"].nunique()
+    return next((s for s in order if n_types.get(s, 0) > 1), order[0])
+
+
 def plot_per_type(
     by_type: pd.DataFrame,
     path: str | Path,
@@ -249,18 +279,27 @@ def plot_per_type(
 ) -> Path:
     """Heatmap of ``value`` (mean utility, headroom captured, P@1) per router and query type.
 
-    ``by_type`` is `Evaluation.by_type`; ``split`` picks one split (default: the first).
+    ``by_type`` is `Evaluation.by_type`; ``split`` picks one split, by default `type_split`'s
+    (the first split of the tables with more than one query type: a k-fold family's pooled
+    row, not a fold); the title names it. Headroom captured is drawn in percent, and ``n/a``
+    where fewer than `ltrr.eval.report.MIN_TYPE_HEADROOM` of the type's queries have headroom,
+    as in the report.
     """
+    from ltrr.eval.report import MIN_TYPE_HEADROOM
+
     if by_type.empty:
         raise DataError("no per-type results: pass queries (with qtype) to evaluate_splits")
     if value not in by_type.columns:
         raise DataError(f"per-type results have no column {value!r}")
-    split = split if split is not None else str(by_type["split"].iloc[0])
+    split = split if split is not None else type_split(by_type)
     sub = by_type[by_type["split"] == split]
     if sub.empty:
         raise DataError(f"no per-type results for split {split!r}")
+    share = value == "headroom_captured"
+    if share and "n_headroom" in sub.columns:
+        sub = sub.assign(**{value: sub[value].where(sub["n_headroom"] >= MIN_TYPE_HEADROOM)})
     grid = sub.pivot_table(
-        index="router", columns="qtype", values=value, aggfunc="first", sort=False
+        index="router", columns="qtype", values=value, aggfunc="first", sort=False, dropna=False
     )
     n_q = sub.groupby("qtype", sort=False)["n"].first()
     data = grid.to_numpy(dtype=float)
@@ -269,13 +308,13 @@ def plot_per_type(
     masked = np.ma.masked_invalid(data)
     im = ax.imshow(masked, cmap="viridis", aspect="auto")
     label = value.replace("_", " ")
-    fig.colorbar(im, ax=ax, label=label)
+    fig.colorbar(im, ax=ax, label=f"{label} (1 = 100%)" if share else label)
     finite = data[np.isfinite(data)]
     mid = (finite.min() + finite.max()) / 2 if len(finite) else 0.0
     for i in range(data.shape[0]):
         for j in range(data.shape[1]):
             v = data[i, j]
-            txt = "n/a" if not np.isfinite(v) else f"{v:.2f}"
+            txt = "n/a" if not np.isfinite(v) else f"{100 * v:.0f}%" if share else f"{v:.2f}"
             ax.text(
                 j,
                 i,
@@ -291,7 +330,7 @@ def plot_per_type(
     ax.set_yticks(np.arange(grid.shape[0]), list(grid.index))
     ax.set_xlabel("query type (test queries)")
     ax.set_ylabel("router")
-    ax.set_title(title or f"{label.capitalize()} per query type (split {split})")
+    ax.set_title(title or f"{label.capitalize()} per query type (split {split}, {int(n_q.sum())} test queries)")
     return _save(fig, path)
 
 

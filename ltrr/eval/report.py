@@ -5,9 +5,11 @@ columns are splits. The main table shows mean downstream utility with its 95% bo
 marked ▲ / ▼ where the router is significantly better / worse than the best single arm (paired
 Wilcoxon, corrected across the routers of the split; ◇ where the test rejects but its signed
 ranks and the mean difference take opposite sides). Companion tables: headroom captured
-(with the noise floor as the last row), corrected p-values, improved/degraded query counts,
-ranking quality (Kendall tau, P@1, nDCG@k), retrieval necessity and cost, and a per-type
-breakdown. The folds of a k-fold family appear only through their pooled column.
+(with the oracle headroom, the queries it rests on and the noise floor as the last rows),
+corrected p-values, improved/degraded query counts, ranking quality (Kendall tau, P@1, nDCG@k)
+and retrieval necessity (all over the informative queries) and cost, and a per-type breakdown
+(headroom captured only where at least `MIN_TYPE_HEADROOM` queries of the type have headroom).
+The folds of a k-fold family appear only through their pooled column.
 """
 
 from __future__ import annotations
@@ -37,11 +39,14 @@ __all__ = [
     "counts_table",
     "ranking_table",
     "per_type_table",
+    "per_type_headroom_table",
+    "correction_text",
     "report_markdown",
     "write_report",
     "BETTER",
     "SPLIT",
     "WORSE",
+    "MIN_TYPE_HEADROOM",
 ]
 
 BETTER = "▲"
@@ -50,6 +55,22 @@ WORSE = "▼"
 SPLIT = "◇"
 BEST_SINGLE_ROW = "best single arm (train)"
 ORACLE_ROW = "oracle"
+#: The fewest queries of a type with headroom (oracle above the best single arm) for the per-type
+#: table to give the type's headroom captured: a share of the headroom of one or two queries
+#: swings by thousands of percent (the demo's cloze type: one query, -1700%).
+MIN_TYPE_HEADROOM = 5
+HEADROOM_QUERIES_ROW = "test queries with headroom"
+TYPE_COUNT_ROW = "test queries (with headroom)"
+
+
+def _isnan(x) -> bool:
+    return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
+
+
+def _num(x, digits: int = 3, percent: bool = False) -> str:
+    if _isnan(x):
+        return "n/a"
+    return f"{100 * x:.0f}%" if percent else f"{x:.{digits}f}"
 
 
 def format_ci(
@@ -57,24 +78,23 @@ def format_ci(
 ) -> str:
     """``0.412 [0.390, 0.430]``; percentages as ``41% [39%, 43%]``; ``n/a`` for NaN.
 
+    An estimate without its interval (``low`` or ``high`` NaN: e.g. the headroom captured when
+    more than half of the bootstrap resamples hold no headroom) says so: ``41% (CI n/a)``.
+
     Examples
     --------
     >>> format_ci(0.4123, 0.39, 0.43)
     '0.412 [0.390, 0.430]'
     >>> format_ci(0.5, 0.25, 0.75, percent=True)
     '50% [25%, 75%]'
+    >>> format_ci(0.5, float("nan"), float("nan"), percent=True)
+    '50% (CI n/a)'
     """
-
-    def f(x: float) -> str:
-        if x is None or (isinstance(x, float) and math.isnan(x)):
-            return "n/a"
-        return f"{100 * x:.0f}%" if percent else f"{x:.{digits}f}"
-
-    if estimate is None or (isinstance(estimate, float) and math.isnan(estimate)):
+    if _isnan(estimate):
         return "n/a"
-    if low is None or (isinstance(low, float) and math.isnan(low)):
-        return f(estimate)
-    return f"{f(estimate)} [{f(low)}, {f(high)}]"
+    if _isnan(low) or _isnan(high):
+        return f"{_num(estimate, digits, percent)} (CI n/a)"
+    return f"{_num(estimate, digits, percent)} [{_num(low, digits, percent)}, {_num(high, digits, percent)}]"
 
 
 def _check(table: pd.DataFrame) -> None:
@@ -174,10 +194,14 @@ def _no_headroom(first: pd.DataFrame, split: str) -> bool:
 def headroom_table(
     table: pd.DataFrame, splits: Sequence[str] | None = None, *, no_retrieval: str | None = None
 ) -> pd.DataFrame:
-    """Share of the oracle headroom captured [95% CI] per router and split; last row the noise floor.
+    """Share of the oracle headroom captured [95% CI] per router and split; last rows the oracle
+    headroom in utility, the test queries with headroom, and the noise floor.
 
     A split without headroom (the best single arm is already best on every test query) says
-    so in words: ``no headroom`` in its router cells and the reason in its headroom row.
+    so in words: ``no headroom`` in its router cells and the reason in its headroom row. A cell
+    whose interval the bootstrap could not give (most resamples without headroom) reads
+    ``CI n/a``; the row ``test queries with headroom`` (from the table's ``n_headroom``, left
+    out for a table from before that column) says how many queries the share rests on.
     """
     _check(table)
     out = _grid(
@@ -199,11 +223,12 @@ def headroom_table(
             for s in out.columns
         }
     )
+    if "n_headroom" in first.columns:
+        out.loc[HEADROOM_QUERIES_ROW] = pd.Series(
+            {s: f"{int(first.loc[s, 'n_headroom'])} of {int(first.loc[s, 'n_test'])}" for s in out.columns}
+        )
     out.loc["noise floor"] = pd.Series(
-        {
-            s: format_ci(first.loc[s, "noise_floor"], float("nan"), float("nan"), percent=True)
-            for s in out.columns
-        }
+        {s: _num(first.loc[s, "noise_floor"], percent=True) for s in out.columns}
     )
     return out
 
@@ -302,6 +327,83 @@ def per_type_table(
     return out
 
 
+def per_type_headroom_table(
+    by_type: pd.DataFrame,
+    splits: Sequence[str] | None = None,
+    *,
+    min_headroom: int = MIN_TYPE_HEADROOM,
+) -> pd.DataFrame:
+    """Per-type headroom captured, in percent as in `headroom_table`, with the queries behind it.
+
+    Rows (split, router), columns qtype. Each split starts with a row ``test queries (with
+    headroom)``: the type's test queries and, in parentheses, how many of them have headroom
+    (the oracle beats the best single arm). A router's cell is ``n/a`` where fewer than
+    ``min_headroom`` of the type's queries have headroom (or the split has none of the type):
+    the share of so small a headroom is noise.
+
+    Examples
+    --------
+    >>> bt = pd.DataFrame({"split": "s", "router": "r", "qtype": ["a", "b"], "n": [40, 30],
+    ...                    "n_headroom": [12, 1], "headroom_captured": [0.3125, -17.0]})
+    >>> per_type_headroom_table(bt).to_dict("index")[("s", "r")]
+    {'a': '31%', 'b': 'n/a'}
+    """
+    missing = [c for c in ("split", "router", "qtype", "n", "n_headroom", "headroom_captured")
+               if c not in by_type.columns]
+    if missing:
+        raise DataError(
+            f"per-type results lack column(s) {', '.join(missing)}; pass Evaluation.by_type "
+            "from ltrr.eval.evaluate_splits"
+        )
+    names = list(splits) if splits is not None else list(dict.fromkeys(by_type["split"]))
+    df = by_type[by_type["split"].isin(names)]
+    qtypes = list(dict.fromkeys(df["qtype"]))
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for s in names:
+        sub = df[df["split"] == s]
+        if sub.empty:
+            continue
+        counts = sub.drop_duplicates("qtype").set_index("qtype")
+        rows[(s, TYPE_COUNT_ROW)] = {
+            t: f"{int(counts.loc[t, 'n'])} ({int(counts.loc[t, 'n_headroom'])})" if t in counts.index else "0"
+            for t in qtypes
+        }
+        for router, part in sub.groupby("router", sort=False):
+            cells = part.set_index("qtype")
+            rows[(s, str(router))] = {
+                t: _num(cells.loc[t, "headroom_captured"], percent=True)
+                if t in cells.index and int(cells.loc[t, "n_headroom"]) >= min_headroom
+                else "n/a"
+                for t in qtypes
+            }
+    index = pd.MultiIndex.from_tuples(list(rows), names=["split", "router"])
+    return pd.DataFrame(list(rows.values()), index=index, columns=qtypes, dtype=object)
+
+
+def correction_text(table: pd.DataFrame, correction: str, splits: Sequence[str] | None = None) -> str:
+    """The family the p-values were corrected over, with its size m read from ``table``.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"split": ["a", "a", "a"], "family": "a", "pooled": False,
+    ...                   "router": ["x", "y", "z"], "p_value": [0.01, 0.2, 1.0]})
+    >>> correction_text(t, "holm")
+    "Holm's step-down correction over the m = 3 routers of each split"
+    """
+    _check(table)
+    splits = list(splits) if splits is not None else table_splits(table)
+    sizes = table[table["split"].isin(splits)].groupby("split")["p_value"].count()
+    lo, hi = (int(sizes.min()), int(sizes.max())) if len(sizes) else (0, 0)
+    m = f"m = {lo}" if lo == hi else f"m = {lo} to {hi}"
+    if correction == "bonferroni":
+        return (f"Bonferroni correction over the {m} routers of each split, baselines included; "
+                "`[eval] correction = \"holm\"` gives Holm's step-down correction, never less powerful")
+    if correction == "holm":
+        return f"Holm's step-down correction over the {m} routers of each split"
+    return (f"no correction for the {m} routers compared in each split; `[eval] correction = "
+            "\"bonferroni\"` or `\"holm\"` controls the family-wise error")
+
+
 def _md(df: pd.DataFrame) -> str:
     if isinstance(df.index, pd.MultiIndex):
         df = df.reset_index(level=list(range(1, df.index.nlevels)))
@@ -330,8 +432,8 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         _md(utility_table(table, splits)),
         "",
         f"{BETTER} / {WORSE}: significantly better / worse than the best single arm chosen on the "
-        f"training queries (paired two-sided Wilcoxon signed-rank test, {corr} correction across "
-        f"the routers of each split, alpha = {alpha}). {SPLIT}: the test rejects, but its signed "
+        f"training queries (paired two-sided Wilcoxon signed-rank test at alpha = {alpha}, "
+        f"{correction_text(table, corr, splits)}). {SPLIT}: the test rejects, but its signed "
         "ranks and the mean difference take opposite sides (many small gains against a few large "
         "losses, or the reverse): read the improved / degraded counts.",
         "",
@@ -340,7 +442,9 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         _md(headroom_table(table, splits, no_retrieval=meta.get("no_retrieval"))),
         "",
         "(router - best single) / (oracle - best single) on the test queries: 100% is the oracle, "
-        "0% the best single arm, n/a when the oracle equals the best single arm. The noise floor "
+        "0% the best single arm, n/a when the oracle equals the best single arm; CI n/a where more "
+        "than half of the bootstrap resamples hold no headroom, as when very few test queries have "
+        f"any (the row '{HEADROOM_QUERIES_ROW}' counts them). The noise floor "
         "is the mean per-query change that generator noise alone makes"
         + (f" ({meta['noise_source']})" if meta.get("noise_source") else "")
         + ", as a share of each split's headroom: a scale of how noisy one query's "
@@ -361,23 +465,31 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         "",
         "Kendall tau and P@1 against the gold arm ranking (arms ranked by utility) and nDCG "
         "against the normalised gains, over informative queries only (not all arms equal); "
-        "routers that only choose an arm have no tau or nDCG. Necessity accuracy: the router "
-        "retrieved if and only if some retrieval arm beat no retrieval.",
+        "routers that only choose an arm have no tau or nDCG. Necessity accuracy, over the same "
+        "informative queries: the router retrieved if and only if some retrieval arm beat no "
+        "retrieval (on a tie retrieving cannot help, so counting it wrong there would favour "
+        "never retrieving).",
     ]
     notes = report_notes(ev)
     if notes:
         parts += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     shown = ev.by_type[ev.by_type["split"].isin(splits)] if not ev.by_type.empty else ev.by_type
     if not shown.empty:
-        for value, label in (
-            ("mean_utility", "mean utility"),
-            ("headroom_captured", "headroom captured"),
-        ):
-            parts += ["", f"## Per query type: {label}", "", _md(per_type_table(shown, value))]
+        parts += ["", "## Per query type: mean utility", "", _md(per_type_table(shown, "mean_utility"))]
+        if {"n", "n_headroom"} <= set(shown.columns):  # a by_type from before n_headroom: no table
+            parts += [
+                "",
+                "## Per query type: headroom captured",
+                "",
+                _md(per_type_headroom_table(shown, splits)),
+            ]
         parts += [
             "",
-            "Only the test queries of each type; n/a where a split has no test queries of "
-            "the type or the type has no headroom.",
+            "Only the test queries of each type; n/a where a split has no test queries of the "
+            "type. Headroom captured in percent as in the headroom table (no CI); each split's "
+            f"row '{TYPE_COUNT_ROW}' gives the type's test queries and, in parentheses, those "
+            "whose oracle beats the best single arm; n/a where fewer than "
+            f"{MIN_TYPE_HEADROOM} of them do (a share of the headroom of a query or two is noise).",
         ]
     return "\n".join(parts) + "\n"
 

@@ -17,7 +17,8 @@ Metrics (one row per split and router, see `evaluate_router`)
 - ``headroom_captured = (router - best single) / (oracle - best single)`` on the test set with a
   paired bootstrap CI: 1 for the oracle router, 0 for always choosing the best single arm,
   negative when the router does worse than it, and NaN when the oracle equals the best single
-  arm (there is no headroom to capture). It is reported beside ``noise_floor``: the mean
+  arm (there is no headroom to capture); ``n_headroom`` counts the test queries it rests on
+  (the oracle beats the best single arm). It is reported beside ``noise_floor``: the mean
   per-query change that generator noise alone makes (``noise_scale``, the labels summary's
   ``noise_floor.mean_abs_diff``) as a share of the same split's headroom. It is a scale of one
   query's label noise, not a test (noise in a mean shrinks as 1/sqrt(n); ``above_noise_floor``
@@ -33,7 +34,9 @@ Metrics (one row per split and router, see `evaluate_router`)
   scores for a query are all equal gets tau 0 for it (it ranks nothing);
 - retrieval-necessity accuracy: the router retrieved (chose an arm other than the no-retrieval
   arm) if and only if retrieving helped (the best retrieval arm's gain over no retrieval is
-  positive);
+  positive), averaged over the informative queries like P@1: on a tie retrieving cannot help,
+  and counting it wrong there would score a router that never retrieves best wherever many
+  queries tie;
 - cost: the share of queries retrieved and the mean cost of the chosen arms.
 
 All metrics come from per-query outcomes (`per_query_outcomes`), so the folds of a k-fold
@@ -256,11 +259,13 @@ class Evaluation:
         One row per (split, router, qid) with the per-query outcomes (and ``qtype`` when
         queries were given).
     arms : DataFrame
-        One row per (split, arm): test mean utility, cost, and whether it is the split's best
-        single arm; the single-arm points of a cost-utility plot.
+        One row per (split, arm): test mean utility, cost, whether it is the split's best
+        single arm (``best_single``) and the share of the split's training sets that chose it
+        (``best_single_share``: 1 or 0 for one split; for a pooled family the share of its
+        folds, and ``best_single`` only when every fold chose the arm); the single-arm points
+        of a cost-utility plot.
     by_type : DataFrame
-        One row per (split, router, qtype) (empty without queries): n, mean utility, best
-        single and oracle utility, headroom captured, P@1.
+        One row per (split, router, qtype) (empty without queries), see `by_type`.
     meta : dict
         Settings: correction, alpha, k, n_resamples, confidence, noise_floor, random_state.
     """
@@ -273,12 +278,21 @@ class Evaluation:
 
 
 def by_type(per_query: pd.DataFrame) -> pd.DataFrame:
-    """Per (split, router, qtype) means from a per-query table with a ``qtype`` column."""
+    """Per (split, router, qtype) means from a per-query table with a ``qtype`` column.
+
+    Columns: ``split, family, router, qtype``; ``n`` (test queries of the type), ``n_headroom``
+    (those whose oracle utility beats the best single arm's: what the type's headroom captured
+    rests on), the mean utility of the router, the best single arm and the oracle,
+    ``headroom_captured`` (a share, NaN without headroom; not hidden here when ``n_headroom``
+    is small, the report does that) and P@1 (over the type's informative queries).
+    """
     cols = [
         "split",
+        "family",
         "router",
         "qtype",
         "n",
+        "n_headroom",
         "mean_utility",
         "best_single_utility",
         "oracle_utility",
@@ -287,10 +301,16 @@ def by_type(per_query: pd.DataFrame) -> pd.DataFrame:
     ]
     if "qtype" not in per_query.columns or per_query.empty:
         return pd.DataFrame(columns=cols)
+    pq = per_query.assign(
+        _gain=per_query["oracle_utility"] - per_query["best_single_utility"] > ATOL
+    )
+    if "family" not in pq.columns:
+        pq["family"] = pq["split"]
     agg = (
-        per_query.groupby(["split", "router", "qtype"], sort=False)
+        pq.groupby(["split", "family", "router", "qtype"], sort=False)
         .agg(
             n=("utility", "size"),
+            n_headroom=("_gain", "sum"),
             mean_utility=("utility", "mean"),
             best_single_utility=("best_single_utility", "mean"),
             oracle_utility=("oracle_utility", "mean"),
@@ -298,6 +318,7 @@ def by_type(per_query: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
+    agg["n_headroom"] = agg["n_headroom"].astype(int)
     den = agg["oracle_utility"] - agg["best_single_utility"]
     agg["headroom_captured"] = np.where(
         den > ATOL,
@@ -377,6 +398,7 @@ def evaluate_splits(
     rows, per_q, arm_rows = [], [], []
     pooled: dict[str, dict[str, list[pd.DataFrame]]] = {}
     pooled_train: dict[str, list[int]] = {}
+    pooled_best: dict[str, list[str]] = {}  # the best single arm of each fold's training queries
     for sp in splits:
         if sp.name not in predictions:
             raise DataError(
@@ -401,6 +423,7 @@ def evaluate_splits(
                     "mean_utility": float(means[arm]),
                     "cost": float(cost[j]),
                     "best_single": arm == best,
+                    "best_single_share": float(arm == best),
                 }
             )
         routers = predictions[sp.name]
@@ -424,6 +447,7 @@ def evaluate_splits(
                 pooled.setdefault(sp.family, {}).setdefault(name, []).append(o)
         if sp.family in pool_families:
             pooled_train.setdefault(sp.family, []).append(len(train_U))
+            pooled_best.setdefault(sp.family, []).append(best)
     for fam, by_router in pooled.items():
         n_train = int(round(float(np.mean(pooled_train[fam]))))
         for name, parts in by_router.items():
@@ -439,7 +463,9 @@ def evaluate_splits(
         # The pooled single-arm points are means over all the family's test queries.
         fam_q = pd.concat([p for p in by_router[next(iter(by_router))]]).index
         means = U.loc[fam_q].mean(axis=0)
+        chose = pooled_best[fam]
         for j, arm in enumerate(U.columns):
+            share = chose.count(arm) / len(chose)
             arm_rows.append(
                 {
                     "split": fam,
@@ -447,7 +473,8 @@ def evaluate_splits(
                     "arm": arm,
                     "mean_utility": float(means[arm]),
                     "cost": float(cost[j]),
-                    "best_single": False,
+                    "best_single": share == 1.0,  # every fold chose it
+                    "best_single_share": share,
                 }
             )
     table = _correct(pd.DataFrame(rows, columns=RESULT_COLUMNS), correction, alpha)

@@ -94,7 +94,10 @@ def eval_fingerprint(run: RunContext) -> str:
                               "ranker_defaults": {r: ranker_defaults(r) for r in _rankers(run)},
                               # the report's noise floor is a share of each split's own headroom
                               # (it was the labels' overall share): a report made before is redone
-                              "noise_floor": "per split"})
+                              "noise_floor": "per split",
+                              # likewise: necessity accuracy over the informative queries (it was
+                              # over all), and the queries with headroom in the tables and arms.csv
+                              "report": "necessity over informative queries, n_headroom"})
 
 
 def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
@@ -170,7 +173,8 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
     for key in ("plot_per_type", "plot_importance"):
         (pdir / PLOTS[key]).unlink(missing_ok=True)  # not drawn this time: an older one must not be listed
     if not ev.by_type.empty:
-        paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / PLOTS["plot_per_type"])
+        paths["plot_per_type"] = plots.plot_per_type(ev.by_type, pdir / PLOTS["plot_per_type"],
+                                                     split=plots.type_split(ev.by_type, ev.table))
     if importances:
         paths["plot_importance"] = plots.plot_feature_importance(importances, pdir / PLOTS["plot_importance"])
     paths["plot_cost"] = plots.plot_cost_utility(ev.table, ev.arms, pdir / PLOTS["plot_cost"])
