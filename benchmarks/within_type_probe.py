@@ -24,7 +24,9 @@ params``, as `ltrr.pipeline.Run.make_router` builds it, and its training label);
 retrieval columns, C the closed-book columns, D both. All four are cross-validated on the
 protocol's design folds, pooled over the folds. Only design queries are read. Three variants
 against A: read their p values with that in mind (Bonferroni: times 3). B ran first; C and D were
-added after B's figure was seen, and nothing more was tried.
+added after B's figure was seen. E adds the generator's confidence in its closed-book answer (the
+mean and minimum token log-probability, `closed_book_confidence.py`), declared with its decision
+rule in `results/protocol_demo/README.md` before it was computed; it runs when that table is there.
 
     python benchmarks/within_type_probe.py demo [--seed 13]
 
@@ -45,6 +47,7 @@ import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users 
 
 EXTRA = ["ret_score", "ret_score_z", "doc_consensus", "n_distinct_docs", "sparse_dense_agree"]
 BOOK = ["cb_support", "cb_support_max", "cb_new_tokens"]
+CONFIDENCE = ["cb_mean_logprob", "cb_min_logprob"]
 _WORD = re.compile(r"\w+")
 
 
@@ -96,7 +99,7 @@ def fold_matrix(raw_train, raw_part, extra: pd.DataFrame | None, spec: str, trai
     if extra is None:
         return X, keys, None
     e = keys.merge(extra, on=["qid", "arm"], how="left")
-    cols = [c for c in EXTRA + BOOK if c in e.columns or c == "ret_score_z" and "ret_score" in e.columns]
+    cols = [c for c in EXTRA + BOOK + CONFIDENCE if c in e.columns or c == "ret_score_z" and "ret_score" in e.columns]
     if "ret_score" not in e.columns:
         return np.hstack([X, e[cols].to_numpy(float)]), keys, None
     if train_stats is None:  # per-arm mean and sd of the score on the training rows
@@ -164,6 +167,9 @@ def main(argv=None) -> int:
     ap.add_argument("config")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/protocol_demo_qwen/within_type_probe"))
+    ap.add_argument("--confidence", type=Path,
+                    default=Path("benchmarks/results/protocol_demo_qwen/closed_book_confidence.csv"),
+                    help="closed_book_confidence.py's table: variant E when it is there")
     a = ap.parse_args(argv)
     run = Run(load_config(a.config), log=lambda m: None)
     labels, raw = run.training_inputs("protocol")
@@ -193,6 +199,16 @@ def main(argv=None) -> int:
     choice_b = cv_choices(raw, lab_idx, folds, extra=extra, **kw)
     choice_c = cv_choices(raw, lab_idx, folds, extra=book_cols, **kw)
     choice_d = cv_choices(raw, lab_idx, folds, extra=both, **kw)
+    choice_e = None
+    if a.confidence.is_file():  # variant E, declared before it was computed (module docstring)
+        conf = pd.read_csv(a.confidence, dtype={"qid": str})
+        missing = sorted(set(U.index) - set(conf["qid"]))
+        if missing:
+            raise SystemExit(f"error: {a.confidence} lacks {len(missing)} of the {len(U)} design queries "
+                             f"(e.g. {missing[0]!r}); finish benchmarks/closed_book_confidence.py first")
+        # query-level columns, the same on every arm's row (the ranker reads them with the arm's indicator)
+        conf_cols = raw.table[["qid", "arm"]].astype(str).merge(conf[["qid", *CONFIDENCE]], on="qid", how="left")
+        choice_e = cv_choices(raw, lab_idx, folds, extra=conf_cols, **kw)
     qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str)
     rule = {}
     for f in folds:  # the per-type best arm of each fold's training part
@@ -211,19 +227,26 @@ def main(argv=None) -> int:
            "B against A": paired(U, choice_b, choice_a), "C against A": paired(U, choice_c, choice_a),
            "D against A": paired(U, choice_d, choice_a), "B against per-type best arm": paired(U, choice_b, rule),
            "A against per-type best arm": paired(U, choice_a, rule)}
+    if choice_e is not None:
+        res["E (A + closed-book confidence)"] = summary(U, choice_e, folds)
+        res["E against A"] = paired(U, choice_e, choice_a)
     lines = [f"# Within-type routing signal: a design-part probe (seed {a.seed})", "",
              f"`python benchmarks/within_type_probe.py {a.config} --seed {a.seed}`. {len(U):,} design queries of "
              f"{source}, the protocol's {prereg['n_folds']} folds, pooled; no test label is read.", "",
              "| router | mean utility | best single | gain | raw headroom captured |", "|---|---|---|---|---|"]
     for k in ("A (the router rebuilt)", "B (A + retrieval-score columns)", "C (A + closed-book columns)",
-              "D (A + both)", "per-type best arm"):
+              "D (A + both)", "E (A + closed-book confidence)", "per-type best arm"):
+        if k not in res:
+            continue
         v = res[k]
         lines.append(f"| {k} | {v['mean_utility']:.4f} | {v['best_single']:.4f} | {v['gain']:+.4f} | "
                      f"{100 * v['headroom_captured']:.1f}% |")
     lines += ["", "| paired on every design query | mean difference | improved | degraded | Wilcoxon p |",
               "|---|---|---|---|---|"]
-    for k in ("B against A", "C against A", "D against A", "B against per-type best arm",
+    for k in ("B against A", "C against A", "D against A", "E against A", "B against per-type best arm",
               "A against per-type best arm"):
+        if k not in res:
+            continue
         v = res[k]
         lines.append(f"| {k} | {v['difference']:+.4f} | {v['improved']} | {v['degraded']} | {v['p_value']:.3g} |")
     md = "\n".join(lines) + "\n"
