@@ -26,24 +26,23 @@ ARMS = ["none", "bm25", "dense"]
 COSTS = {"none": 0.0, "bm25": 1.0, "dense": 3.0}
 
 
-@pytest.fixture(scope="module")
-def evaluation():
-    rng = np.random.default_rng(3)
+def _three_types(rng, none):
+    """30 groups of 2 queries of the types who, when, why; ``none(rng)`` draws the closed-book
+    arm's utility, then bm25's and dense's are uniform (drawn in that order from ``rng``)."""
     qrows, urows = [], []
     for g in range(30):
         qtype = ["who", "when", "why"][g % 3]
         for j in range(2):
             qid = f"g{g}q{j}"
             qrows.append({"qid": qid, "qtype": qtype, "group": f"g{g}"})
-            urows.append(
-                {
-                    "qid": qid,
-                    "none": rng.integers(0, 2) * 0.5,
-                    "bm25": rng.random(),
-                    "dense": rng.random(),
-                }
-            )
-    queries, U = pd.DataFrame(qrows), pd.DataFrame(urows).set_index("qid")
+            urows.append({"qid": qid, "none": none(rng), "bm25": rng.random(), "dense": rng.random()})
+    return pd.DataFrame(qrows), pd.DataFrame(urows).set_index("qid")
+
+
+@pytest.fixture(scope="module")
+def evaluation():
+    rng = np.random.default_rng(3)
+    queries, U = _three_types(rng, lambda r: r.integers(0, 2) * 0.5)
     splits = make_splits(queries, ["balanced", "kfold"], n_folds=3, random_state=0)
     preds = {
         s.name: {
@@ -164,15 +163,7 @@ def test_plots_run_headless_without_pyplot(tmp_path):
 
 
 def _types_evaluation(names):
-    rng = np.random.default_rng(5)
-    qrows, urows = [], []
-    for g in range(30):
-        qtype = ["who", "when", "why"][g % 3]
-        for j in range(2):
-            qid = f"g{g}q{j}"
-            qrows.append({"qid": qid, "qtype": qtype, "group": f"g{g}"})
-            urows.append({"qid": qid, "none": rng.random(), "bm25": rng.random(), "dense": rng.random()})
-    queries, U = pd.DataFrame(qrows), pd.DataFrame(urows).set_index("qid")
+    queries, U = _three_types(np.random.default_rng(5), lambda r: r.random())
     splits = make_splits(queries, names, n_folds=3, random_state=0)
     preds = {s.name: {"oracle": U.loc[list(s.test)].idxmax(axis=1)} for s in splits}
     return evaluate_splits(U, splits, preds, costs=COSTS, no_retrieval="none", queries=queries,
