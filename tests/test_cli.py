@@ -251,6 +251,26 @@ retriever = "packed"
     assert implicit != fingerprint('{arms = ["bm25", "bm25-top1"], budget = 64, selector = "greedy"}')
 
 
+def test_the_retrieve_fingerprint_is_the_datasets_content_not_its_path(env):
+    """The fingerprint held the dataset's absolute path: two clones of one project (or one moved)
+    fingerprinted every stage differently, and headline.json's inputs differed between them."""
+    import shutil
+
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+
+    cfg, _ = _tiny(env)
+    first = Run(load_config(str(cfg))).retrieve_fingerprint()
+    moved = env / "elsewhere" / "tiny"
+    shutil.copytree(env / "tiny", moved)
+    cfg.write_text(cfg.read_text().replace(f'dataset = "{env / "tiny"}"', f'dataset = "{moved}"'))
+    assert Run(load_config(str(cfg))).dataset_path == moved
+    assert Run(load_config(str(cfg))).retrieve_fingerprint() == first
+    with (moved / "corpus.jsonl").open("a") as fh:  # the content still counts
+        fh.write(json.dumps({"docid": "new", "title": "New", "text": "A new document."}) + "\n")
+    assert Run(load_config(str(cfg))).retrieve_fingerprint() != first
+
+
 def test_a_bad_shard_fails_before_any_stage_runs(env, capsys):
     """--shard is checked with --scheduler, before the data, index and retrieve stages (it
     failed only after them: an index built for nothing)."""

@@ -223,7 +223,8 @@ class Run:
             "pool": self.pool.to_config(),
             "seed": self.config.seed,
             "queries": pd.util.hash_pandas_object(ds.queries[["qid", "question"]], index=False).sum(),
-            "dataset": str(self.dataset_path.resolve()),
+            # by content, never by path: a project cloned or moved elsewhere keeps its fingerprints
+            # (the absolute path made headline.json's inputs differ between two clones)
             # the corpus's checksum, not the whole build record: the queries are hashed above, so a
             # query type the run leaves out does not redo retrieval
             "corpus": _read_meta(self.dataset_path).get("tables", {}).get("corpus"),
