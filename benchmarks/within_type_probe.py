@@ -131,18 +131,14 @@ def cv_choices(raw, labels_idx: pd.DataFrame, folds, *, ranker, spec: str, label
     return pd.Series(chosen)
 
 
-def summary(U: pd.DataFrame, chosen: pd.Series, folds) -> dict:
-    """Pooled mean utility, the best single arm of each fold's training part, gain and raw headroom share."""
-    u, b, o = [], [], []
-    for f in folds:
-        test = [q for q in f.test if q in U.index]
-        best = U.loc[list(f.train)].mean().idxmax()
-        u += [U.at[q, chosen[q]] for q in test]
-        b += list(U.loc[test, best])
-        o += list(U.loc[test].max(axis=1))
-    u, b, o = map(np.asarray, (u, b, o))
-    return {"mean_utility": float(u.mean()), "best_single": float(b.mean()), "oracle": float(o.mean()),
-            "gain": float((u - b).mean()), "headroom_captured": float((u - b).mean() / (o - b).mean())}
+def summary(U: pd.DataFrame, chosen: pd.Series, folds, **kw) -> dict:
+    """The pooled row of the router choosing ``chosen`` (learning_curve.pooled: ltrr's
+    evaluate_splits, each fold with the best single arm of its training part); ``kw`` its costs,
+    no-retrieval arm and seed."""
+    from learning_curve import pooled  # this folder's learning_curve.py
+
+    preds = {f.name: {"r": chosen.loc[[q for q in f.test if q in U.index]]} for f in folds}
+    return {k: v for k, v in pooled(U, folds, preds, **kw)["r"].items() if k != "chosen"}
 
 
 def paired(U: pd.DataFrame, a: pd.Series, b: pd.Series) -> dict:
@@ -210,25 +206,24 @@ def main(argv=None) -> int:
         conf_cols = raw.table[["qid", "arm"]].astype(str).merge(conf[["qid", *CONFIDENCE]], on="qid", how="left")
         choice_e = cv_choices(raw, lab_idx, folds, extra=conf_cols, **kw)
     qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str)
-    rule = {}
-    for f in folds:  # the per-type best arm of each fold's training part
-        means = U.loc[list(f.train)].groupby(qtype.loc[list(f.train)].to_numpy()).mean()
-        overall = U.loc[list(f.train)].mean()  # a type the training part lacks: the best single arm
-        rule.update({q: (means.loc[qtype[q]] if qtype[q] in means.index else overall).idxmax() for q in f.test})
-    rule = pd.Series(rule)
+    from learning_curve import type_router_scores
+
+    # the per-type best arm of each fold's training part (a type it lacks: the best single arm)
+    rule = pd.concat([type_router_scores(U, qtype, f.train, f.test).idxmax(axis=1) for f in folds])
+    ev = {"costs": run.pool.costs, "nr": run.no_retrieval_arms()[0], "seed": a.seed}
     res = {"config": a.config, "seed": a.seed, "design_part": source, "n_design": int(len(U)),
            "features": prereg["features"], "label": prereg["label"], "extra_columns": EXTRA,
            "closed_book_columns": BOOK,
-           "A (the router rebuilt)": summary(U, choice_a, folds),
-           "B (A + retrieval-score columns)": summary(U, choice_b, folds),
-           "C (A + closed-book columns)": summary(U, choice_c, folds),
-           "D (A + both)": summary(U, choice_d, folds),
-           "per-type best arm": summary(U, rule, folds),
+           "A (the router rebuilt)": summary(U, choice_a, folds, **ev),
+           "B (A + retrieval-score columns)": summary(U, choice_b, folds, **ev),
+           "C (A + closed-book columns)": summary(U, choice_c, folds, **ev),
+           "D (A + both)": summary(U, choice_d, folds, **ev),
+           "per-type best arm": summary(U, rule, folds, **ev),
            "B against A": paired(U, choice_b, choice_a), "C against A": paired(U, choice_c, choice_a),
            "D against A": paired(U, choice_d, choice_a), "B against per-type best arm": paired(U, choice_b, rule),
            "A against per-type best arm": paired(U, choice_a, rule)}
     if choice_e is not None:
-        res["E (A + closed-book confidence)"] = summary(U, choice_e, folds)
+        res["E (A + closed-book confidence)"] = summary(U, choice_e, folds, **ev)
         res["E against A"] = paired(U, choice_e, choice_a)
     lines = [f"# Within-type routing signal: a design-part probe (seed {a.seed})", "",
              f"`python benchmarks/within_type_probe.py {a.config} --seed {a.seed}`. {len(U):,} design queries of "
