@@ -391,8 +391,10 @@ def test_context_run_cli_end_to_end(project, capsys):
 
     root, ds = project
     cfg = _config(root, ds, "ag")
-    assert main(["context", "run", str(cfg)]) == 2  # no trained router yet
-    assert "ltrr train" in capsys.readouterr().err
+    assert main(["context", "run", str(cfg)]) == 2  # no features to fit the design part's router on yet
+    err = capsys.readouterr().err
+    assert "ltrr run" in err and err.count("\n") == 1
+    assert not (root / "ag" / "models").exists()
     assert main(["run", str(cfg)]) == 0
     capsys.readouterr()
     # `ltrr run` ran the protocol for its headline; without its preregistration the questions
@@ -454,10 +456,14 @@ def test_context_run_cli_end_to_end(project, capsys):
     assert sorted(got["strategy"].unique()) == ["closed-book", "full-context", "rcr-iterative"]
 
 
-def test_the_searcher_can_route_with_a_router_held_out_from_the_test_part(project, capsys):
-    """`ltrr train --part design` fits the router on the protocol's design part alone, into
-    models/<ranker>-design, and `ltrr context run --router-part design` routes with it. Before it
-    exists the run is one clear error naming the command; the test part is never a training part."""
+def test_the_searcher_routes_with_a_router_held_out_from_the_test_part(project, capsys):
+    """By default `ltrr context run` routes with the router fitted on the protocol's design part
+    alone (models/<ranker>-design), fitting it when it is missing, as `ltrr train --part design`
+    does, and skipping that fit when its inputs are unchanged. `--router-part all` is the router
+    `ltrr train` fits on every query (in-sample for the test questions), one clear error when it
+    is not there; the test part is never a training part."""
+    import shutil
+
     from ltrr.cli import main
     from ltrr.config import load_config
     from ltrr.eval.protocol import design_test_partition
@@ -467,19 +473,13 @@ def test_the_searcher_can_route_with_a_router_held_out_from_the_test_part(projec
     cfg = _config(root, ds, "ho")
     assert main(["run", str(cfg)]) == 0
     capsys.readouterr()
-    args = ["context", "run", str(cfg), "--questions", "2", "--rounds", "1", "--strategies", "rcr-iterative",
-            "--router-part", "design"]
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "lambdamart-listwise-design" in err and "--part design" in err and err.count("\n") == 1
-    assert not (root / "ho" / "context" / "agents.csv").exists()
-    with pytest.raises(SystemExit) as exc:
-        main(["train", str(cfg), "--part", "test"])
-    assert exc.value.code == 2 and "invalid choice: 'test'" in capsys.readouterr().err
-
-    assert main(["train", str(cfg), "--part", "design"]) == 0
+    args = ["context", "run", str(cfg), "--questions", "2", "--rounds", "1", "--strategies", "rcr-iterative"]
     model = root / "ho" / "models" / "lambdamart-listwise-design"
-    assert str(model) in capsys.readouterr().out
+    assert not model.exists()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[train] start" in out and "router lambdamart-listwise-design" in out
+    assert "questions: the protocol's test part (seed 7)" in out
     run = Run(load_config(str(cfg)))
     design, source = run.protocol_part("design")
     assert source == "the protocol's design part (seed 7)"  # `ltrr run` ran the protocol
@@ -492,24 +492,24 @@ def test_the_searcher_can_route_with_a_router_held_out_from_the_test_part(projec
     split = design_test_partition(q.reset_index(drop=True), design_size=0.7, random_state=7)  # every query
     complete = set(pd.read_parquet(root / "ho" / "labels" / "labels.parquet")["qid"].astype(str))
     assert design == set(split.train) & complete
-    assert main(["train", str(cfg), "--part", "design"]) == 0  # unchanged inputs: skipped
+    assert main(["train", str(cfg), "--part", "design"]) == 0  # the same fit: skipped
     assert "[train] skipped" in capsys.readouterr().out
-    assert main(args) == 0
+    assert main([*args, "--router-part", "design"]) == 0
     out = capsys.readouterr().out
-    assert "router lambdamart-listwise-design" in out and "questions: the protocol's test part (seed 7)" in out
+    assert "[train] skipped" in out and "router lambdamart-listwise-design" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["train", str(cfg), "--part", "test"])
+    assert exc.value.code == 2 and "invalid choice: 'test'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--router-part", "test"])
+    assert exc.value.code == 2 and "invalid choice: 'test'" in capsys.readouterr().err
 
-    # context packing routes the same test part: one partition, rebuilt in one place
-    # (`Run.protocol_partition`), over every query as the protocol made it, a query with labels
-    # for some arms only left out of its part and no other query moved
-    from ltrr.context.evaluate import routed_test_order
-
-    test, order, _, _ = routed_test_order(run)
-    assert set(test) == run.protocol_part("test")[0] and set(order) == set(test)
-    path = root / "ho" / "labels" / "labels.parquet"
-    labels = pd.read_parquet(path)
-    gone = sorted(test)[0]
-    labels.drop(index=labels.index[labels["qid"] == gone][:1]).to_parquet(path)  # one arm's label lost
-    test2, _, _, _ = routed_test_order(run)
-    design2, test_part2 = run.protocol_part("design")[0], run.protocol_part("test")[0]
-    assert gone not in set(test2) | design2 | test_part2
-    assert set(test2) == test_part2 == set(test) - {gone} and design2 == design
+    # every query's router, on request; one error line when `ltrr train` has not made it
+    assert main([*args, "--router-part", "all"]) == 0
+    assert "router lambdamart-listwise;" in capsys.readouterr().out
+    shutil.rmtree(root / "ho" / "models" / "lambdamart-listwise")
+    before = (root / "ho" / "context" / "agents.csv").read_bytes()
+    assert main([*args, "--router-part", "all"]) == 2
+    err = capsys.readouterr().err
+    assert "lambdamart-listwise" in err and "ltrr train" in err and err.count("\n") == 1
+    assert (root / "ho" / "context" / "agents.csv").read_bytes() == before

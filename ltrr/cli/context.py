@@ -72,9 +72,11 @@ def add_parser(sub, log: Callable[[str], None], out: Callable[[str], None]) -> N
     r.add_argument("--qtype", default=None, help="only questions of this query type")
     r.add_argument("--part", choices=["test", "design"], default="test",
                    help="the protocol's test part (default), or its design part, where budgets are chosen")
-    r.add_argument("--router-part", choices=["design"], default=None,
-                   help="route with the router fitted on the protocol's design part alone "
-                        "(`ltrr train CONFIG --part design`), held out from every test question")
+    r.add_argument("--router-part", choices=["design", "all"], default="design",
+                   help="the Searcher's router: fitted on the protocol's design part alone, held out from "
+                        "every test question (default; fitted here as `ltrr train CONFIG --part design` "
+                        "would), or `all`: the router `ltrr train` fits on every labelled query, the test "
+                        "part included (in-sample for every test question)")
     r.set_defaults(func=lambda a: _run(a, log, out))
 
 

@@ -1,15 +1,16 @@
 """`ltrr context run`: the agent loop's context strategies compared on a run's questions.
 
-`run_context_agents` loads a run and its trained router (``<workdir>/models/<[train] ranker>``,
-made by ``ltrr train``), takes the first ``N`` questions by qid of the protocol's test part
+`run_context_agents` loads a run and a router of its ``[train] ranker`` (see below), takes the first ``N`` questions by qid of the protocol's test part
 (`ltrr.pipeline.Run.protocol_partition`: the one ``ltrr protocol`` pre-registered when it has
 run, else the same partition of every query; optionally of one query type), and answers each
 with the agent loop (`ltrr.context.agents.ContextLoop`) under every strategy, plus a closed-book
-baseline (the generator alone, no context). The router ``ltrr train`` makes was fitted on every
-labelled query, the test part included: the comparison is between strategies that share it,
-not a held-out measure of the router. ``router_part="design"`` (``--router-part design``) routes
-with ``<workdir>/models/<ranker>-design`` instead, fitted by ``ltrr train --part design`` on the
-protocol's design part alone, so the Searcher has seen no label of a test question.
+baseline (the generator alone, no context). The Searcher routes with the router fitted on the
+protocol's design part alone (``router_part="design"``, the default: ``<workdir>/models/<ranker>-design``,
+which `ltrr.pipeline.Run.stage_train` fits here when it is missing or stale, as ``ltrr train --part
+design`` does), so it has seen no label of a test question. ``router_part="all"``
+(``--router-part all``) routes with the router ``ltrr train`` fits on every labelled query, the test
+part included: in-sample for every test question, a comparison between strategies that share it
+and not a held-out measure (how session 11's SmolLM2 figures were made).
 
 Per question and strategy (`compare_strategies`): prompt tokens per agent and in total (the
 generator's own counts), ``generation_s`` (the generator's recorded seconds over every call,
@@ -57,11 +58,12 @@ from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.context.agents import ContextLoop
 from ltrr.packing.strategies import AGENTS, MAX_ROUNDS, LoopSpec, strategies
 
-__all__ = ["CLOSED_BOOK", "MARGIN", "agent_questions", "agents_text", "compare_strategies", "run_context_agents", "score_answers",
+__all__ = ["CLOSED_BOOK", "MARGIN", "ROUTER_PARTS", "agent_questions", "agents_text", "compare_strategies", "run_context_agents", "score_answers",
            "summarise", "timings_doc"]
 
 CLOSED_BOOK = "closed-book"
 MARGIN = 0.02  # the non-inferiority margin of rcr-iterative against full-context, in utility
+ROUTER_PARTS = ("design", "all")  # the part the Searcher's router is fitted on: the design part, or every query
 ALPHA = 0.05
 LEXICAL = ("contains", "f1", "em")
 
@@ -267,7 +269,7 @@ def agents_text(doc: dict) -> str:
 def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_questions: int = 60,
                        rounds: int | None = None, budget: int | None = None, qtype: str | None = None,
                        part: str = "test", out_dir: str | Path | None = None,
-                       router_part: str | None = None) -> dict:
+                       router_part: str = "design") -> dict:
     """Compare the strategies on a run (see the module docstring).
 
     Returns ``{"per_query", "table", "timings", "source", "metric", "router", "out"}`` and writes
@@ -295,13 +297,15 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
         spec = replace(spec, strategies=tuple(strategy_names))
     spec = spec.validate()
     ranker = run.config.train.ranker
-    if router_part not in (None, "design"):
-        raise ConfigError(f"--router-part must be 'design', got {router_part!r}")
-    model = run.workdir / "models" / (ranker if router_part is None else f"{ranker}-design")
-    if not (model / "router.json").is_file():
-        flag = "" if router_part is None else " --part design"
-        raise NotBuiltError(f"no trained router at {model}: run `ltrr train {run.config.source or 'CONFIG'}{flag}` "
-                            "first (the Searcher routes each sub-question with it)")
+    if router_part not in ROUTER_PARTS:
+        raise ConfigError(f"--router-part must be one of {', '.join(ROUTER_PARTS)}, got {router_part!r}")
+    if router_part == "design":  # held out from every test question; fitted once, then skipped
+        model = run.stage_train(ranker, part="design")
+    else:
+        model = run.workdir / "models" / ranker
+        if not (model / "router.json").is_file():
+            raise NotBuiltError(f"no trained router at {model}: run `ltrr train {run.config.source or 'CONFIG'}` "
+                                "first (with --router-part all the Searcher routes with it)")
     questions, source = agent_questions(run, n_questions, qtype=qtype, part=part)
     router = LTRRouter.load(model)
     gcfg, lcfg = run.config.generation, run.config.labels

@@ -488,7 +488,7 @@ class Run:
 
         ``part="design"`` fits on the protocol's design part alone (`protocol_part`) and saves to
         ``<workdir>/models/<ranker>-design``: a router held out from every test question, for
-        stages that route test questions (`ltrr context run --router-part design`).
+        stages that route test questions (`ltrr context run`, which fits it when it is missing).
 
         ``trained_on`` (``"dask"``: `ltrr train --scheduler`) marks the record: the model depends
         on the workers' partitions, so a later local `ltrr train` fits again rather than keeping it.
