@@ -399,6 +399,19 @@ def test_protocol_design_only_preregisters_the_same_choice_without_test_labels(p
     assert (tmp_path / "pre" / "preregistration.json").read_bytes() == full.read_bytes()
     assert doc == {"preregistration": json.loads(full.read_text())}
     assert not (tmp_path / "pre" / "headline.json").exists()
+    # the full protocol with a failed test item: the same preregistration (its planned test size,
+    # which no test item's outcome moves); the headline says how many test queries it left out
+    from ltrr.eval.headline import protocol_summary
+
+    one_failed = labels.copy()
+    one_failed.loc[one_failed["qid"] == part.test[0], "failed"] = True
+    monkeypatch.setattr(run, "training_inputs", lambda stage="train": (one_failed, raw))
+    doc = run_protocol(run, out_dir=tmp_path / "failed", **kwargs)
+    assert (tmp_path / "failed" / "preregistration.json").read_bytes() == full.read_bytes()
+    assert doc["headline"]["n_test"] == doc["preregistration"]["n_test"] - 1
+    assert doc["headline"]["n_test_left_out"] == 1
+    assert f"Left out: 1 of the {doc['preregistration']['n_test']} pre-registered test queries" in protocol_summary([doc])
+    assert "n_test_left_out" not in json.loads((root / "proto" / "protocol" / "seed-7" / "headline.json").read_text())["headline"]
     # a design query with a failed item: one clear error, no preregistration written
     broken = partial.copy()
     broken.loc[broken["qid"] == part.train[0], "failed"] = True

@@ -83,13 +83,14 @@ def test_a_failed_query_moves_no_query_between_design_and_test():
     full = design_test_partition(queries, random_state=0)
     failed = {full.test[0], full.train[0]}
     U = pd.DataFrame({"x": 1.0}, index=[q for q in queries["qid"] if q not in failed])
-    kept, part = _complete_partition(run, U, design_size=0.7, seed=0)
+    kept, part, n_test = _complete_partition(run, U, design_size=0.7, seed=0)
+    assert n_test == full.n_test  # the planned size, which the preregistration states
     assert part.train == tuple(q for q in full.train if q not in failed)
     assert part.test == tuple(q for q in full.test if q not in failed)
     assert list(kept["qid"]) == list(U.index) and said == [
         "[protocol] left out for incomplete labels (failed items): 1 design and 1 test queries; "
         "the partition is the one over every query"]
-    every, same = _complete_partition(run, pd.DataFrame({"x": 1.0}, index=queries["qid"]), design_size=0.7, seed=0)
+    every, same, _ = _complete_partition(run, pd.DataFrame({"x": 1.0}, index=queries["qid"]), design_size=0.7, seed=0)
     assert (same.train, same.test) == (full.train, full.test) and len(said) == 1  # nothing failed: nothing said
     with pytest.raises(DataError, match="no test query has complete labels"):
         _complete_partition(run, U.loc[list(full.train[1:])], design_size=0.7, seed=0)

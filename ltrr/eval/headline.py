@@ -235,7 +235,7 @@ def run_protocol(
             return old
     U = utility_matrix(labels)
     nr = run.no_retrieval_arms()[0]
-    queries, part = _complete_partition(run, U, design_size=design_size, seed=seed)
+    queries, part, n_test_planned = _complete_partition(run, U, design_size=design_size, seed=seed)
     U_b = None
     if replicate is not None:  # checked before any file is written
         U_b = utility_matrix(replicate).reindex(index=list(part.test), columns=U.columns)
@@ -248,7 +248,8 @@ def run_protocol(
                             f"`ltrr label {source}` to generate them")
     prereg, unfitted, lab_idx = _preregister(
         run, U, labels, raw, queries, part, out_dir, design_size=design_size, seed=seed, rankers=rankers,
-        train_labels=train_labels, feature_sets=feature_sets, n_folds=n_folds, routers=routers, n_jobs=n_jobs)
+        train_labels=train_labels, feature_sets=feature_sets, n_folds=n_folds, routers=routers, n_jobs=n_jobs,
+        n_test=n_test_planned)
     cv_rows, router, best, power = prereg["candidates"], prereg["router"], prereg["best_single_arm"], prereg["power"]
     from joblib import Parallel, delayed
     from sklearn.base import clone
@@ -281,6 +282,8 @@ def run_protocol(
         "power": power, "mean_gain": float((r - b).mean()),
         "router_cost": float(row["mean_cost"]), "best_single_cost": float(run.pool.costs[best]),
     }
+    if len(test) < n_test_planned:  # failed items: said here, after the read, never in the preregistration
+        result["n_test_left_out"] = n_test_planned - len(test)
     if U_b is not None:
         nc = noise_corrected_headroom(U.loc[test], U_b, best)
         # the corrected oracle of each query: the arm best on the main labels, scored on the replicate
@@ -298,12 +301,15 @@ def run_protocol(
 
 
 def _complete_partition(run, U: pd.DataFrame, *, design_size: float, seed: int):
-    """(the queries with complete labels, their design/test partition).
+    """(the queries with complete labels, their design/test partition, the size of the test part
+    over every query).
 
     The partition is made over every query of the dataset, as the design-only preregistration
     makes it, and the queries without complete labels (a failed item) are then left out of
     their part: a failure moves no query between the parts, so the test part stays the one the
-    preregistration promised, minus the failed queries (the log says how many of each part)."""
+    preregistration promised, minus the failed queries (the log says how many of each part).
+    The preregistration states the planned test size, which no test item's outcome can move;
+    the headline says how many test queries were left out (``n_test_left_out``)."""
     every = run.dataset.queries.reset_index(drop=True)
     full = design_test_partition(every, design_size=design_size, random_state=seed)
     complete = set(map(str, U.index))
@@ -314,11 +320,11 @@ def _complete_partition(run, U: pd.DataFrame, *, design_size: float, seed: int):
     if not part.n_train or not part.n_test:
         raise DataError(f"protocol: no {'design' if not part.n_train else 'test'} query has complete labels; "
                         "label them first (ltrr label)")
-    return every[every["qid"].astype(str).isin(complete)].reset_index(drop=True), part
+    return every[every["qid"].astype(str).isin(complete)].reset_index(drop=True), part, full.n_test
 
 
 def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, seed, rankers, train_labels,
-                 feature_sets, n_folds, routers, n_jobs) -> tuple[dict, dict, pd.DataFrame]:
+                 feature_sets, n_folds, routers, n_jobs, n_test=None) -> tuple[dict, dict, pd.DataFrame]:
     """Steps 2-3 of the protocol on the design part: cross-validate the candidates, choose, state
     the power analysis and write ``preregistration.json`` (and, beside it, ``timings.json`` and
     ``environment.json``). Only design queries' labels are read. Returns (the preregistration, the unfitted candidate routers by
@@ -367,8 +373,9 @@ def _preregister(run, U, labels, raw, queries, part, out_dir, *, design_size, se
     chosen = max(cv_rows, key=lambda r: r["cv_mean_utility"])
     pq = cv_preds[chosen["router"]]
     best = best_single_arm(U_design)
-    power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), part.n_test)
-    prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": part.n_test,
+    n_test = part.n_test if n_test is None else n_test  # the planned size: no test item's failure moves it
+    power = power_analysis((pq["utility"] - pq["best_single_utility"]).to_numpy(), n_test)
+    prereg = {"seed": seed, "design_size": design_size, "n_design": part.n_train, "n_test": n_test,
               "router": chosen["router"], "ranker": chosen["ranker"], "label": chosen["label"],
               "features": chosen["features"], "best_single_arm": best,
               "candidates": cv_rows, "power": power, "n_folds": n_folds}
@@ -406,6 +413,10 @@ def protocol_summary(docs: Sequence[dict]) -> str:
         f"{_captured_text(h['captured_raw'])}; "
         f"Wilcoxon p = {h['p_value']:.3g}; improved {h['improved']}, degraded {h['degraded']}, equal {h['equal']}.",
     ]
+    if h.get("n_test_left_out"):
+        lines.append(f"Left out: {h['n_test_left_out']} of the {pre['n_test']} pre-registered test queries, for failed "
+                     "items (incomplete labels); the figures above are over the other "
+                     f"{pre['n_test'] - h['n_test_left_out']}.")
     if "router_cost" in h:
         lines.append(f"Cost: the router's arms {h['router_cost']:.2f} per query against {h['best_single_cost']:.2f} "
                      f"for {pre['best_single_arm']} (config cost units).")
