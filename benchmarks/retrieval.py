@@ -99,7 +99,8 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    # ru_maxrss is in kB on Linux and in bytes on macOS (rss_mb above reads /proc: Linux only)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)
 
 
 def run_bm25(task: dict) -> dict:

@@ -27,6 +27,7 @@ import json
 import resource
 import socket
 import statistics
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,7 +126,8 @@ def main(argv=None) -> int:
                           "throughput_rps": len(out) / wall, "server_errors": sum(c >= 500 for _, c, _ in out),
                           "queue_wait_p50_s": statistics.median(waits) if waits else None,
                           "queue_wait_max_s": max(waits) if waits else None}
-    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # ru_maxrss is in kB on Linux and in bytes on macOS
+    res["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)
     server.should_exit = True
     OUT.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(OUT, json.dumps(res, indent=2) + "\n")

@@ -238,10 +238,19 @@ def numeric_kernels() -> dict[str, str]:
 
 
 def unpinned_note() -> str | None:
-    """One line for a stage's log when a library loaded before ltrr keeps kernels that differ from
-    the pinned ones (on a CPU with AVX-512), so its numbers may differ from the ``ltrr`` command's;
-    None otherwise (nothing loaded first, ``LTRR_CPU_KERNELS=native`` asked for, or no AVX-512)."""
-    if not _LOADED_FIRST or _mode_or_default() == "native" or "avx512f" not in _cpu_flags():
+    """One line for a stage's log when the numbers may differ from the ``ltrr`` command's on an
+    x86-64 machine with AVX2: no pin applies on this machine (another architecture, such as an
+    Apple Silicon Mac, or a CPU or OS whose AVX2 ltrr cannot read), or a library loaded before
+    ltrr keeps kernels that differ from the pinned ones (on a CPU with AVX-512). None otherwise
+    (pinned, or ``LTRR_CPU_KERNELS=native`` asked for)."""
+    if _mode_or_default() == "native":
+        return None
+    if not has_avx2():
+        return (f"the CPU-kernel pins apply to x86-64 CPUs with AVX2 read from /proc/cpuinfo, not to this "
+                f"{platform.system()} {platform.machine()} machine: the libraries' own kernels are in effect, so "
+                "features and figures can differ in the last bits from those made on x86-64, and a shipped "
+                "corpus-embedding matrix made under the pins is not used (the corpus is encoded here)")
+    if not _LOADED_FIRST or "avx512f" not in _cpu_flags():
         return None
     one = len(_LOADED_FIRST) == 1
     return (f"{' and '.join(sorted(_LOADED_FIRST))} {'was' if one else 'were'} imported before ltrr, so "

@@ -238,6 +238,18 @@ def test_bad_queries_are_rejected(wiki, index_dir):
             None,
             r"arms\[1\]\.name: duplicate arm name 'x'",
         ),
+        (  # one run file on a case-insensitive file system (macOS, Windows)
+            RETRIEVERS,
+            [{"name": "BM25", "retriever": "bm25"}, {"name": "bm25", "retriever": "bm25"}],
+            None,
+            r"arms\[1\]\.name: arm name 'bm25' differs from 'BM25' only in case; their TREC run files",
+        ),
+        (  # one index folder there
+            {**RETRIEVERS, "BM25": {"type": "bm25"}},
+            [{"name": "x", "retriever": "bm25"}],
+            None,
+            r"retrievers\.BM25: retriever name 'BM25' differs from 'bm25' only in case; their index folders",
+        ),
         (
             RETRIEVERS,
             [{"name": "x", "retriever": "bm25", "k": 0}],

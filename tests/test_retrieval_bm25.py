@@ -235,6 +235,29 @@ def test_find_java_home(tmp_path, monkeypatch):
     assert bm25mod.find_java_home(jvm_root=tmp_path) == mid
 
 
+def test_find_java_home_reads_macos_bundles_and_windows_jdks(tmp_path, monkeypatch):
+    """A macOS JDK is a bundle whose home is ``<name>.jdk/Contents/Home`` (its version in its
+    ``release`` file, or else in the bundle's name); a Windows JDK has ``bin/java.exe``."""
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    mac = tmp_path / "mac"
+    fake_jdk(mac / "temurin-17.jdk" / "Contents", "Home", "17.0.2")
+    named = fake_jdk(mac / "zulu-23.jdk" / "Contents", "Home", None)  # no release file
+    assert bm25mod.find_java_home(jvm_root=mac) == named
+    win = tmp_path / "win"
+    home = win / "jdk-21.0.4"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "java.exe").write_text("")
+    assert bm25mod.find_java_home(jvm_root=win) == home
+    # the default roots: macOS looks in its own folder too
+    monkeypatch.setattr(bm25mod, "JVM_ROOT", str(tmp_path / "none"))
+    monkeypatch.setattr(bm25mod, "MACOS_JVM_ROOT", str(mac))
+    monkeypatch.setattr(bm25mod.sys, "platform", "darwin")
+    assert bm25mod.find_java_home() == named
+    monkeypatch.setattr(bm25mod.sys, "platform", "linux")
+    with pytest.raises(MissingDependencyError, match="found none"):
+        bm25mod.find_java_home()
+
+
 def test_find_java_home_fails_with_advice(tmp_path, monkeypatch):
     fake_jdk(tmp_path, "java-17-openjdk-amd64", "17.0.15")
     monkeypatch.delenv("JAVA_HOME", raising=False)

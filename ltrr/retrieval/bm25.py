@@ -53,6 +53,8 @@ bm25_backends: Registry = Registry("BM25 backend")
 
 MIN_JAVA = 21
 JVM_ROOT = "/usr/lib/jvm"
+#: where macOS installers put JDKs; each JDK's home is ``<name>.jdk/Contents/Home``
+MACOS_JVM_ROOT = "/Library/Java/JavaVirtualMachines"
 
 
 def top_k_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -213,14 +215,27 @@ def _java_version(home: Path) -> int | None:
 
 
 def _has_java(home: Path) -> bool:
-    return (home / "bin" / "java").exists()
+    return (home / "bin" / "java").exists() or (home / "bin" / "java.exe").exists()
 
 
-def find_java_home(min_version: int = MIN_JAVA, jvm_root: str | Path = JVM_ROOT) -> Path:
+def _jdk_homes(root: Path) -> list[Path]:
+    """The JDK folders under ``root``: its sub-folders, or for a macOS bundle (``x.jdk``) its
+    ``Contents/Home`` (named for its bundle when the version is read from the name)."""
+    homes = []
+    for entry in sorted(root.iterdir()):
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        bundle = entry / "Contents" / "Home"
+        homes.append(bundle if bundle.is_dir() else entry)
+    return homes
+
+
+def find_java_home(min_version: int = MIN_JAVA, jvm_root: str | Path | None = None) -> Path:
     """A JDK folder with Java >= ``min_version``.
 
     ``JAVA_HOME`` wins when it points to one; otherwise the newest suitable JDK under
-    ``jvm_root`` is used. Raises `MissingDependencyError` saying what to install.
+    ``jvm_root`` is used (default: `JVM_ROOT`, and on macOS `MACOS_JVM_ROOT` too, whose bundles
+    hold the JDK in ``Contents/Home``). Raises `MissingDependencyError` saying what to install.
     """
     seen = []
     env = os.environ.get("JAVA_HOME")
@@ -229,15 +244,18 @@ def find_java_home(min_version: int = MIN_JAVA, jvm_root: str | Path = JVM_ROOT)
         seen.append(f"JAVA_HOME={env} (Java {v})")
         if v is not None and v >= min_version and _has_java(Path(env)):
             return Path(env)
-    root = Path(jvm_root)
+    roots = [Path(jvm_root)] if jvm_root is not None else [Path(JVM_ROOT)] + (
+        [Path(MACOS_JVM_ROOT)] if sys.platform == "darwin" else [])
     candidates = []
-    if root.is_dir():
-        for home in root.iterdir():
-            if home.is_dir() and not home.is_symlink() and _has_java(home):
+    for root in (r for r in roots if r.is_dir()):
+        for home in _jdk_homes(root):
+            if _has_java(home):
                 v = _java_version(home)
+                if v is None and home.name == "Home":  # a macOS bundle: its name carries the version
+                    v = _java_version(home.parent.parent)
                 seen.append(f"{home} (Java {v})")
                 if v is not None and v >= min_version:
-                    candidates.append((v, home.name, home))
+                    candidates.append((v, str(home), home))
     if candidates:
         return max(candidates)[2]
     raise MissingDependencyError(

@@ -83,6 +83,15 @@ def _corpus_sha256(corpus: pd.DataFrame) -> str:
     return corpus_fingerprint(corpus["docid"].tolist(), texts)
 
 
+
+def _check_case_unique(where: str, name: str, taken, kind: str, files: str) -> None:
+    """A `ConfigError` when ``name`` differs from a name in ``taken`` only in case: on a
+    case-insensitive file system (macOS's and Windows' defaults) their {files} would be one."""
+    other = next((t for t in taken if t != name and t.casefold() == name.casefold()), None)
+    if other is not None:
+        raise ConfigError(f"{where}: {kind} name {name!r} differs from {other!r} only in case; their {files} "
+                          "would be one file on a case-insensitive file system (macOS, Windows): rename one")
+
 class Pool:
     """A set of arms over shared first-stage retrievers.
 
@@ -165,6 +174,7 @@ class Pool:
             )
         rets: dict[str, Retriever] = {}
         for name, spec in retrievers.items():
+            _check_case_unique(f"retrievers.{name}", str(name), rets, "retriever", "index folders")
             rets[str(name)] = cls._make_retriever(str(name), spec)
         rr_specs: dict[str, dict[str, Any]] = {}
         for name, spec in (rerankers or {}).items():
@@ -181,6 +191,7 @@ class Pool:
                 raise ConfigError(
                     f"arms[{i}].name: duplicate arm name {arm.name!r}; arm names must be unique"
                 )
+            _check_case_unique(f"arms[{i}].name", arm.name, seen, "arm", "TREC run files")
             seen.add(arm.name)
             out.append(arm)
         pool = cls(out, rets, rr_specs, seed=int(seed))
