@@ -174,6 +174,9 @@ def test_run_twice_same_seed_identical_and_skips(project, run_a, capsys, monkeyp
     assert "Headline (" in out and "Pre-registered (seed 7" in out and "Wilcoxon p = " in out
     assert "Cost: the router's arms" in out and "full tables" in out and "plot:" in out
     assert "Mean downstream utility" not in out
+    # the paper's splits are drawn from every query: the report says to choose nothing on them
+    report = (root / "a" / "reports" / "eval.md").read_text()
+    assert "the protocol's test part included (the paper's splits): read them to explore, and choose no design" in report
     assert main(["run", str(b)]) == 0
     # b's retrieval, [features] and kernels are a's: its tables are copied from features/a, not made again
     assert "[features] copied from features/a (made of the same inputs) -> features/b" in capsys.readouterr().out

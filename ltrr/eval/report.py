@@ -427,6 +427,7 @@ def report_markdown(ev: Evaluation, title: str = "Router evaluation") -> str:
         f"Splits (test queries): {', '.join(f'{s} ({int(n_test[s])})' for s in splits)}. "
         f"Arms: {', '.join(meta.get('arms', []))}; no-retrieval arm: {meta.get('no_retrieval', '?')}.",
         "",
+        *([str(meta["scope"]), ""] if meta.get("scope") else []),
         f"## Downstream utility (mean [{conf:.0%} bootstrap CI])",
         "",
         _md(utility_table(table, splits)),

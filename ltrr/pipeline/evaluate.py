@@ -83,6 +83,14 @@ def noise_source_text(arm: str) -> str:
     return f"the {arm} arm's passages in another order"
 
 
+#: what eval.md says of its splits: they are drawn from every labelled query, so a design chosen
+#: on them is chosen on the protocol's test part too
+SCOPE = ("These splits draw their training and test queries from every labelled query, the protocol's "
+         "test part included (the paper's splits): read them to explore, and choose no design on them. "
+         "A design is chosen on the design part (`ltrr protocol CONFIG --design-only` reads no test label) and "
+         "read once on the test part: the headline (`ltrr protocol CONFIG`, `<workdir>/protocol/seed-N/`).")
+
+
 def eval_fingerprint(run: RunContext) -> str:
     """The fingerprint of the eval stage's inputs: labels, features, ``[eval]``, ``[train]``, seed,
     and the rankers' defaults (`ltrr.rankers.ranker_defaults`)."""
@@ -96,8 +104,9 @@ def eval_fingerprint(run: RunContext) -> str:
                               # (it was the labels' overall share): a report made before is redone
                               "noise_floor": "per split",
                               # likewise: necessity accuracy over the informative queries (it was
-                              # over all), and the queries with headroom in the tables and arms.csv
-                              "report": "necessity over informative queries, n_headroom"})
+                              # over all), the queries with headroom in the tables and arms.csv, and
+                              # the report's word on what its splits hold (SCOPE)
+                              "report": "necessity over informative queries, n_headroom, scope"})
 
 
 def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
@@ -166,6 +175,7 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
                          random_state=run.config.seed)
     ev.meta["warnings"] = warned
     ev.meta["noise_source"] = source
+    ev.meta["scope"] = SCOPE
     paths = write_report(ev, run.reports_dir)
     pdir = run.reports_dir / "plots"
     paths["plot_utility"] = plots.plot_utility(ev.table, pdir / PLOTS["plot_utility"])
