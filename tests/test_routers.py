@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ltrr._errors import DataError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.features import RAW_COLUMNS, extract_query, extract_raw
 from ltrr.routers import routers
 from ltrr.routers.ltr import LTRRouter
@@ -182,6 +182,60 @@ def test_the_generator_of_the_labels_is_saved_loaded_and_answered_with(tmp_path,
     assert refit.labelled_with_ is None and refit.answering_template() == "short_answer"
     refit.save(tmp_path / "refit")
     assert not (tmp_path / "refit" / "generator.json").exists()
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda m: m.pop("feature_set"), "no entry 'feature_set'"),
+    (lambda m: m["params"].update(colour="red"), "a value or parameter does not fit"),
+    (lambda m: m.update(n_train_queries="many"), "a value is wrong"),
+    (lambda m: m.update(params=["not", "a", "mapping"]), "a value or parameter does not fit"),
+])
+def test_a_damaged_router_json_is_one_data_error(tmp_path, capsys, damage, said):
+    """A router.json with a missing or ill-typed entry (a folder damaged, or written by something
+    else): one DataError naming the folder, and one error line from `ltrr route`."""
+    from ltrr.cli import main
+
+    raw, labels = make(n_queries=20)
+    LTRRouter(ranker="svm-pointwise").fit(raw, labels).save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "router.json").read_text())
+    damage(meta)
+    (tmp_path / "m" / "router.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=f"{tmp_path / 'm'}: not a readable LTR router \\({said}"):
+        LTRRouter.load(tmp_path / "m")
+    assert main(["route", str(tmp_path / "m"), "q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a readable LTR router" in err
+
+
+def test_a_folder_does_not_choose_a_remote_generator(tmp_path, capsys, monkeypatch):
+    """A router folder from someone else whose generator.json names a remote backend (openai,
+    its endpoint and the environment variable of a key) would send every question, its passages
+    and that key there: answering with it is one ConfigError naming the file and the endpoint,
+    before any request; the caller's own generator (--config), or allow_remote=True, is taken."""
+    from ltrr.cli import main
+    from ltrr.generation.openai_backend import OpenAIGenerator
+
+    raw, labels = make(n_queries=20)
+    rec = {"generation": {"backend": "openai", "model": "x", "base_url": "http://attacker.example/v1",
+                          "api_key_env": "HOME"}, "template": "short_answer"}
+    LTRRouter(ranker="svm-pointwise").fit(raw, labels).save(tmp_path / "m", labelled_with=rec)
+    back = LTRRouter.load(tmp_path / "m")
+    with pytest.raises(ConfigError, match=r"generator.json: the router's recorded generator is openai at "
+                                          r"'http://attacker.example/v1' \(key from \$HOME\)"):
+        back.answering_generator(cache=tmp_path / "cache.sqlite")
+    with pytest.raises(ConfigError, match="does not choose where questions"):
+        back.answer("what is the capital of france?")
+    gen = back.answering_generator(cache=tmp_path / "cache.sqlite", allow_remote=True)  # checked by the caller
+    assert gen.remote and isinstance(gen.generator, OpenAIGenerator)
+    assert gen.generator.base_url == "http://attacker.example/v1"
+    # a router built here (not loaded) answers with the settings it was given
+    assert LTRRouter(ranker="svm-pointwise").answering_generator(cache=tmp_path / "c2.sqlite").remote is False
+    # the command line: one error line, no answer; --config only goes with --answer
+    assert main(["route", str(tmp_path / "m"), "what is the capital of france?", "--answer"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attacker.example" in err and "--config CONFIG" in err
+    assert main(["route", str(tmp_path / "m"), "q", "--config", "demo"]) == 2
+    assert "--config gives the generator of an answer; add --answer" in capsys.readouterr().err
 
 
 def test_a_save_that_cannot_finish_leaves_the_saved_router_as_it_was(tmp_path):

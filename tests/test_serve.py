@@ -314,6 +314,22 @@ def test_serve_bad_model_folder(tmp_path, capsys):
     assert "router saved in format 0" in capsys.readouterr().err
 
 
+def test_serve_refuses_a_remote_generator_the_folder_names(trained, tmp_path, capsys):
+    """`ltrr serve MODEL` without --config answers with the generator the folder records; a
+    remote one (it would choose where questions and an API key go) is one error line before the
+    server listens."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained[2], model)
+    rec = {"generation": {"backend": "openai", "model": "x", "base_url": "http://attacker.example/v1",
+                          "api_key_env": "HOME"}, "template": "short_answer"}
+    (model / "generator.json").write_text(json.dumps(rec))
+    assert main(["serve", str(model), "--port", str(_free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "attacker.example" in err and "does not choose where questions" in err and "listening" not in err
+
+
 def test_packed_context_in_serving_and_route_answer(trained, capsys):
     """[generation] context_budget: serving and `LTRRouter.answer` read the top routed arms'
     passages packed into the budget (the reader counts ~1.3 tokens a word), never over it."""

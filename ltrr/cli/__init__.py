@@ -194,13 +194,22 @@ def cmd_route(args: argparse.Namespace) -> int:
         router = LTRRouter.load(args.model_dir)
     if args.token_budget and not args.answer:
         raise LtrrError("--token-budget packs the context of an answer; add --answer")
+    if args.config and not args.answer:
+        raise LtrrError("--config gives the generator of an answer; add --answer")
     if args.answer:
         packing = None
         if args.token_budget:
             from ltrr.packing import PackSpec
 
             packing = PackSpec.from_mapping({"budget": args.token_budget}, "--token-budget")
-        out = router.answer(args.question, packing=packing)
+        generator, template = None, None  # default: the generator the router's labels measured
+        if args.config:  # the config's generator, behind its generation cache
+            from ltrr.config import load_config
+            from ltrr.pipeline import Run
+
+            run = Run(load_config(args.config), log=_log)
+            generator, template = run.make_generator(), run.config.generation.template
+        out = router.answer(args.question, generator, template=template, packing=packing)
         ranking = out["ranking"]
     else:
         ranking = router.route(args.question)
@@ -422,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--answer", action="store_true", help="also answer with the top arm, by the generator the router's labels measured")
     add_renamed(ro, "--token-budget", ["--context-budget"], type=int, default=0, metavar="N",
                 help="with --answer: read the top 2 routed arms' passages packed into N tokens")
+    ro.add_argument("--config", help="with --answer: answer with this config's generator and template (default: the ones "
+                                     "the router's labels were measured with, recorded by ltrr train; a remote generator "
+                                     "recorded in the folder is refused, since the folder would choose where questions go)")
     ro.add_argument("--json", action="store_true")
     ro.set_defaults(func=cmd_route)
 
@@ -453,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--config", help="take the generator, template and packing from this config (default: the generator and template "
-                         "the router's labels were measured with, recorded by ltrr train)")
+                         "the router's labels were measured with, recorded by ltrr train; a remote generator recorded in "
+                         "the folder is refused)")
     sv.add_argument("--max-queue", type=int,
                     help="requests routing or waiting for the generation worker (429 past it; default 16)")
     sv.add_argument("--timeout", type=float,

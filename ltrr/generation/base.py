@@ -112,6 +112,9 @@ class Generator(ABC):
     backend: str = "abstract"
     #: a tag: `count_tokens` is the model's own tokenizer's count (True), not an estimate
     exact_token_counts: bool = False
+    #: a tag: `generate` sends the prompts to an endpoint its settings name, with a key read from
+    #: an environment variable they name (True); a saved file may not choose such a backend alone
+    remote: bool = False
 
     @property
     @abstractmethod
@@ -182,6 +185,10 @@ class GeneratorWrapper(WrapsGenerator, Generator):
     @property
     def exact_token_counts(self) -> bool:  # type: ignore[override]
         return self.generator.exact_token_counts
+
+    @property
+    def remote(self) -> bool:  # type: ignore[override]
+        return self.generator.remote
 
     def count_tokens(self, text: str) -> int:
         return self.generator.count_tokens(text)

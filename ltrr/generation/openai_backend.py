@@ -100,6 +100,7 @@ class OpenAIGenerator(Generator):
     """
 
     backend = "openai"
+    remote = True  # prompts go to base_url, with the key of api_key_env
 
     # Validation at construction is a deliberate departure from the estimator contract: a
     # generator is a handle on a resource, and bad settings must fail before a long run starts.

@@ -19,7 +19,7 @@ import pandas as pd
 from sklearn.exceptions import NotFittedError
 
 from ltrr._atomic import plain_json, write_json_atomic
-from ltrr._errors import DataError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers.tags import RankerTags, ranker_tags
 from ltrr.routers.reference import score_frame
@@ -280,18 +280,34 @@ class LTRRouter(Router):
 
         return str((getattr(self, "labelled_with_", None) or {}).get("template") or ANSWER_TEMPLATE)
 
-    def answering_generator(self, cache: str | Path | None = None):
+    def answering_generator(self, cache: str | Path | None = None, *, allow_remote: bool = False):
         """The generator the router's labels were measured with, behind the generation cache.
 
         The backend settings ``ltrr train`` recorded (`labelled_with_`); the packaged default
         generator for a router saved without them. Every call is cached in ``cache`` (default
         `ltrr.data.io.default_generation_cache`), as a run's are.
+
+        A router folder may come from someone else, and its ``generator.json`` is theirs: a
+        remote backend (the ``remote`` tag, e.g. ``openai``) read from it would send every
+        question, its passages and the key of the environment variable it names to the endpoint
+        it names. So a remote backend recorded in a *loaded* folder is a `ConfigError` unless
+        ``allow_remote`` is true; give the generator yourself instead (``ltrr route --config``,
+        ``ltrr serve --config``). Local backends (``llama_cpp``, ``transformers``) run here.
         """
         from ltrr.data.io import default_generation_cache
-        from ltrr.generation import make_generator
+        from ltrr.generation import check_generator_options, make_generator
         from ltrr.generation.cache import CachedGenerator, GenerationCache
 
         settings = dict((getattr(self, "labelled_with_", None) or {}).get("generation") or {})
+        cls, options = check_generator_options(settings)
+        saved_in = getattr(self, "loaded_from_", None)
+        if cls.remote and saved_in is not None and not allow_remote:
+            key = options.get("api_key_env", "OPENAI_API_KEY")
+            raise ConfigError(
+                f"{Path(saved_in) / GENERATOR_FILE}: the router's recorded generator is {cls.backend} at "
+                f"{options.get('base_url', 'its default endpoint')!r} (key from ${key}); a saved folder does not "
+                "choose where questions, passages and a key are sent: give the generator yourself "
+                "(`--config CONFIG` with that [generation]), or allow_remote=True after checking it")
         return CachedGenerator(make_generator(settings), GenerationCache(cache or default_generation_cache()))
 
     # ---- persistence ---------------------------------------------------------------------
@@ -346,7 +362,7 @@ class LTRRouter(Router):
     @classmethod
     def load(cls, path: str | Path) -> LTRRouter:
         """Load a router saved by `save`; another format version or feature set is an error."""
-        from ltrr.data.io import read_saved_meta
+        from ltrr.data.io import read_saved_meta, saved_model_errors
         from ltrr.features import FeaturePipeline
         from ltrr.features.pipeline import load_spec
         from ltrr.rankers.base import BaseRanker
@@ -356,19 +372,20 @@ class LTRRouter(Router):
         if meta.get("format") != ROUTER_FORMAT:
             raise DataError(f"{path}: router saved in format {meta.get('format')} by ltrr {meta.get('ltrr_version')}; "
                             f"this ltrr ({__version__}) reads format {ROUTER_FORMAT}: retrain it")
-        router = cls(**meta["params"])
-        current = load_spec(router.features).to_dict()
-        if current != meta["feature_set"]:
-            raise DataError(f"{path}: the router was trained with another version of feature set "
-                            f"{router.features!r}; retrain it with `ltrr train`")
-        router.pipeline_ = FeaturePipeline.load(path / "features")
-        names = [str(n) for n in router.pipeline_.get_feature_names_out()]
-        if names != meta["feature_names"]:
-            raise DataError(f"{path}: feature names of the saved pipeline do not match router.json")
-        router.ranker_ = BaseRanker.load(path / "ranker")
-        router.arms_ = list(meta["arms"])
-        router.no_retrieval_ = list(meta["no_retrieval"])
-        router.n_train_queries_ = int(meta["n_train_queries"])
+        with saved_model_errors(path, "LTR router"):  # a missing or ill-typed entry: one DataError
+            router = cls(**meta["params"])
+            current = load_spec(router.features).to_dict()
+            if current != meta["feature_set"]:
+                raise DataError(f"{path}: the router was trained with another version of feature set "
+                                f"{router.features!r}; retrain it with `ltrr train`")
+            router.pipeline_ = FeaturePipeline.load(path / "features")
+            names = [str(n) for n in router.pipeline_.get_feature_names_out()]
+            if names != meta["feature_names"]:
+                raise DataError(f"{path}: feature names of the saved pipeline do not match router.json")
+            router.ranker_ = BaseRanker.load(path / "ranker")
+            router.arms_ = [str(a) for a in meta["arms"]]
+            router.no_retrieval_ = [str(a) for a in meta["no_retrieval"]]
+            router.n_train_queries_ = int(meta["n_train_queries"])
         router.loaded_from_ = path  # where `make_pool` looks for a relative index_dir
         router.index_corpus_sha256_ = meta.get("index_corpus_sha256")  # None: saved before it was recorded
         router.labelled_with_ = None
