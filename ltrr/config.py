@@ -183,6 +183,10 @@ def _read(path_or_name: str | Path) -> tuple[dict, str]:
     return _parse(text, p.suffix.lower(), str(p)), str(p.resolve())
 
 
+#: the message of a config whose arrays or tables nest deeper than the parsers recurse
+_TOO_DEEP = "nested too deeply to read (arrays or tables inside each other hundreds of levels deep)"
+
+
 def _parse(text: str, suffix: str, where: str) -> dict:
     if suffix == ".toml":
         try:
@@ -193,6 +197,8 @@ def _parse(text: str, suffix: str, where: str) -> dict:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{where}: invalid TOML ({exc})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: {_TOO_DEEP}") from None
     elif suffix in (".yaml", ".yml"):
         import yaml
 
@@ -200,6 +206,8 @@ def _parse(text: str, suffix: str, where: str) -> dict:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{where}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: {_TOO_DEEP}") from None
     else:
         raise ConfigError(f"{where}: config files are .toml, .yaml or .yml, not {suffix or 'no suffix'}")
     if not isinstance(data, dict):
@@ -363,5 +371,8 @@ def load_config(path_or_name: str | Path) -> Config:
     tables merged key by key and arrays (``[[arms]]``) replaced whole. ``demo-full`` is
     ``demo`` with every query labelled.
     """
-    data, source = _read_extended(path_or_name)
-    return validate(data, source)
+    try:
+        data, source = _read_extended(path_or_name)
+        return validate(data, source)
+    except RecursionError:  # tables nested just within the parser's depth, too deep to merge or copy
+        raise ConfigError(f"{path_or_name}: {_TOO_DEEP}") from None

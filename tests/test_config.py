@@ -119,3 +119,15 @@ def test_packaged_demo_full_is_the_smollm2_demo_without_sampling():
 def test_extends_errors(tmp_path, text, match):
     with pytest.raises(ConfigError, match=match):
         load_config(_cfg(tmp_path, text, "loop.toml"))
+
+
+@pytest.mark.parametrize(("suffix", "text"), [
+    (".toml", "x = " + "[" * 5000 + "]" * 5000 + "\n"),
+    (".yaml", "x: " + "[" * 5000 + "]" * 5000 + "\n"),
+])
+def test_a_config_nested_thousands_deep_is_one_config_error(tmp_path, suffix, text):
+    """A TOML of 5,000 nested arrays ended in a RecursionError traceback."""
+    p = tmp_path / f"deep{suffix}"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=rf"deep\{suffix}: nested too deeply to read"):
+        load_config(p)

@@ -295,3 +295,19 @@ def test_an_answers_file_string_is_one_alias(tmp_path):
     _jsonl(tmp_path / "bad.jsonl", [{"qid": "7", "answers": [3]}])
     with pytest.raises(DataError, match=r"bad.jsonl: queries: answers of qid '7' must be strings, got int 3"):
         attach_answers(queries, tmp_path / "bad.jsonl")
+
+
+def test_a_jsonl_line_nested_thousands_deep_is_one_error_naming_file_and_line(tmp_path, monkeypatch, capsys):
+    """``ltrr data stats`` on a queries.jsonl line of 100,000 nested arrays ended in a traceback."""
+    from ltrr.cli import main
+
+    (tmp_path / "ds").mkdir()
+    _write(tmp_path / "ds" / "corpus.jsonl", ['{"docid": "d1", "text": "x"}'])
+    _write(tmp_path / "ds" / "queries.jsonl",
+           ['{"qid": "1", "question": "a?"}', '{"qid": "2", "question": ' + "[" * 100_000 + "]" * 100_000 + "}"])
+    with pytest.raises(DataError, match=r"queries\.jsonl:2: JSON nested too deeply to read"):
+        read_jsonl(tmp_path / "ds" / "queries.jsonl")
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "stats", "ds"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ltrr: error: ") and "queries.jsonl:2: JSON nested too deeply" in err[0]

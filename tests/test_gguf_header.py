@@ -91,3 +91,19 @@ def test_a_file_cut_inside_its_header_is_a_data_error(tmp_path):
     cut.write_bytes(path.read_bytes()[:300])
     with pytest.raises(DataError, match="is not a readable GGUF file"):
         gguf_metadata(cut, ["tokenizer.chat_template"])
+
+
+def test_arrays_nested_thousands_deep_are_a_data_error(tmp_path):
+    """A header of arrays inside arrays, 5,000 deep, ended in a RecursionError traceback."""
+    import struct
+
+    key = b"k.deep"
+    depth = 5000
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<I", 9)
+    body = struct.pack("<IQ", 9, 1) * (depth - 1) + struct.pack("<IQ", 4, 0)
+    deep = tmp_path / "deep.gguf"
+    deep.write_bytes(head + body)
+    for keys in (["k.deep"], ["general.file_type"]):  # the deep value wanted, or only skipped over
+        with pytest.raises(DataError, match=r"deep\.gguf is not a readable GGUF file: its metadata nests arrays too "
+                                            "deeply"):
+            gguf_metadata(deep, keys)

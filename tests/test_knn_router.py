@@ -136,3 +136,55 @@ def test_knn_bad_input(tmp_path):
     (tmp_path / "k" / "router.json").write_text('{"router": "ltrr", "format": 1}')
     with pytest.raises(DataError, match="not a knn router"):
         KNNRouter.load(tmp_path / "k")
+
+
+def _safetensors(arrays: dict) -> bytes:
+    from safetensors.numpy import save
+
+    return save({k: np.ascontiguousarray(v) for k, v in arrays.items()})
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda m: m.pop("params"), r"not a readable knn router \(no entry 'params'\)"),
+    (lambda m: m.pop("arms"), r"no entry 'arms'"),
+    (lambda m: m.update(params=[5]), r"a value or parameter does not fit: .*must be a mapping"),
+    (lambda m: m["params"].update(evil=1), r"does not fit: .*unexpected keyword argument 'evil'"),
+    (lambda m: m["params"].update(n_neighbors="x"), r"router\.json's parameters do not fit KNNRouter: .*n_neighbors"),
+    (lambda m: m["params"].update(weights="gauss"), r"parameters do not fit KNNRouter: .*weights must be one of"),
+    (lambda m: m.update(arms="bm25"), r"router\.json's arms must be a list of arm names, got str"),
+    (lambda m: m.update(arms=["bm25", "dense"]), r"knn\.safetensors does not match router\.json's arms"),
+])
+def test_a_damaged_router_json_is_one_data_error_naming_the_folder(tmp_path, damage, match):
+    """``cls(**meta["params"])`` and key lookups raised KeyError, TypeError or ValueError."""
+    import json
+
+    raw, labels = clustered(n_per=3)
+    folder = KNNRouter(n_neighbors=2).fit(raw, labels).save(tmp_path / "k")
+    meta = json.loads((folder / "router.json").read_text())
+    damage(meta)
+    (folder / "router.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=rf"^{folder}: .*{match}"):
+        KNNRouter.load(folder)
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    (b"not a safetensors file", r"not a readable knn router \(SafetensorError"),
+    (b"", r"not a readable knn router \(SafetensorError"),
+    (_safetensors({"embeddings": np.ones((3, 6))}), r"no entry 'utility'"),
+    (_safetensors({"embeddings": np.ones(9), "utility": np.ones((9, 3))}), "does not match router.json's arms"),
+    (_safetensors({"embeddings": np.ones((0, 6)), "utility": np.ones((0, 3))}), "holds no training query"),
+])
+def test_a_damaged_knn_safetensors_is_one_data_error_naming_the_folder(tmp_path, content, match):
+    raw, labels = clustered(n_per=3)
+    folder = KNNRouter(n_neighbors=2).fit(raw, labels).save(tmp_path / "k")
+    (folder / "knn.safetensors").write_bytes(content)
+    with pytest.raises(DataError, match=rf"^{folder}: .*{match}"):
+        KNNRouter.load(folder)
+
+
+def test_a_router_json_nested_too_deeply_is_a_data_error(tmp_path):
+    raw, labels = clustered(n_per=3)
+    folder = KNNRouter(n_neighbors=2).fit(raw, labels).save(tmp_path / "k")
+    (folder / "router.json").write_text('{"params": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(DataError, match=r"router\.json: JSON nested too deeply"):
+        KNNRouter.load(folder)

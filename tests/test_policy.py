@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -336,3 +338,59 @@ def test_the_cost_penalised_baseline_uses_the_policys_calibration_rule():
     text = budgets_markdown(doc, ["grpo"])
     assert "train s" not in text and "seconds" not in str(doc)
     assert budgets_markdown(doc, ["grpo"]) == text  # same inputs, the same table
+
+
+@pytest.fixture(scope="module")
+def saved_head(tmp_path_factory):
+    X, U, C = bandit(n=60)
+    return BudgetPolicy(budget=0.4, n_steps=5, random_state=0).fit(X, U, C).save(tmp_path_factory.mktemp("h") / "p")
+
+
+def _damaged_copy(saved, tmp_path, damage_json=None, tensors=None):
+    import json
+    import shutil
+
+    folder = Path(shutil.copytree(saved, tmp_path / "p"))
+    if damage_json is not None:
+        meta = json.loads((folder / "head.json").read_text())
+        damage_json(meta)
+        (folder / "head.json").write_text(json.dumps(meta))
+    if tensors is not None:
+        (folder / "head.safetensors").write_bytes(tensors)
+    return folder
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda m: m.pop("params"), r"not a readable policy head \(no entry 'params'\)"),
+    (lambda m: m.pop("tau"), r"no entry 'tau'"),
+    (lambda m: m.update(params=[1]), "a value or parameter does not fit"),
+    (lambda m: m["params"].update(evil=1), r"unexpected keyword argument 'evil'"),
+    (lambda m: m["params"].update(trainer="sgd"), r"head\.json's parameters do not fit BudgetPolicy: .*trainer"),
+    (lambda m: m.update(tau="x"), r"a value is wrong: could not convert string to float: 'x'"),
+    (lambda m: m.update(n_calibration=[1]), r"a value or parameter does not fit"),
+    (lambda m: m.update(n_features_in="2"), r"n_features_in must be a positive integer, got '2'"),
+    (lambda m: m.update(n_features_in=10**12), r"scaling has shape \(2,\), not the \(1000000000000,\)"),
+])
+def test_a_damaged_head_json_is_one_data_error_naming_the_folder(saved_head, tmp_path, damage, match):
+    """``cls(**meta["params"])`` and key lookups raised KeyError, TypeError or ValueError."""
+    folder = _damaged_copy(saved_head, tmp_path, damage_json=damage)
+    with pytest.raises(DataError, match=rf"^{folder}: .*{match}"):
+        BudgetPolicy.load(folder)
+
+
+def test_a_damaged_head_safetensors_is_one_data_error_naming_the_folder(saved_head, tmp_path):
+    from safetensors.numpy import load_file, save
+
+    folder = _damaged_copy(saved_head, tmp_path, tensors=b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    with pytest.raises(DataError, match=rf"^{folder}: not a readable policy head \(SafetensorError"):
+        BudgetPolicy.load(folder)
+    arrays = load_file(str(saved_head / "head.safetensors"))
+    del arrays["costs"]
+    folder = _damaged_copy(saved_head, tmp_path / "b", tensors=save(arrays))
+    with pytest.raises(DataError, match=rf"^{folder}: .*no entry 'costs'"):
+        BudgetPolicy.load(folder)
+    arrays = load_file(str(saved_head / "head.safetensors"))
+    arrays["head.0.weight"] = np.ones((1, 5), dtype=np.float32)  # another network's weights
+    folder = _damaged_copy(saved_head, tmp_path / "c", tensors=save(arrays))
+    with pytest.raises(DataError, match=rf"^{folder}: .*RuntimeError: .*size mismatch"):
+        BudgetPolicy.load(folder)

@@ -119,3 +119,50 @@ def test_a_numpy_seed_saves_as_a_plain_int(tmp_path):
     folder = pol.save(tmp_path / "pol")
     assert json.loads((folder / "policy.json").read_text())["params"]["random_state"] == 4
     pd.testing.assert_series_equal(PolicyRouter.load(folder).choose(raw), pol.choose(raw))
+
+
+@pytest.fixture(scope="module")
+def saved_policy(tmp_path_factory):
+    raw, labels = make(n_queries=30, n_arms=3)
+    pol = PolicyRouter(1.0, costs=_costs(raw.arms), ltr=LTR, policy_params=FAST, n_folds=2).fit(raw, labels)
+    return pol.save(tmp_path_factory.mktemp("pol") / "pol")
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda m: m.pop("params"), r"not a readable policy \(no entry 'params'\)"),
+    (lambda m: m.pop("costs"), r"no entry 'costs'"),
+    (lambda m: m.update(params=[1]), "a value or parameter does not fit"),
+    (lambda m: m["params"].update(evil=1), r"unexpected keyword argument 'evil'"),
+    (lambda m: m["params"].update(representation="bert"), r"representation 'bert' is not one of features, lm"),
+    (lambda m: m.update(arms="abc"), r"arms must be a list of arm names, got str"),
+    (lambda m: m.update(costs=[1, 2]), r"AttributeError"),
+    (lambda m: m.update(costs={"a": "x"}), r"a value is wrong: could not convert string to float: 'x'"),
+    (lambda m: m.update(costs={"other": 1.0}), r"costs name arms \['other'\], not its arms"),
+    (lambda m: m.update(n_train_queries="x"), r"a value is wrong: invalid literal for int\(\)"),
+])
+def test_a_damaged_policy_json_is_one_data_error_naming_the_folder(saved_policy, tmp_path, damage, match):
+    """``cls(**meta["params"])`` and key lookups raised KeyError, TypeError or ValueError."""
+    import json
+    import shutil
+
+    folder = shutil.copytree(saved_policy, tmp_path / "pol")
+    meta = json.loads((folder / "policy.json").read_text())
+    damage(meta)
+    (folder / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=rf"^{folder}: .*{match}"):
+        PolicyRouter.load(folder)
+
+
+def test_a_damaged_lm_pca_is_one_data_error_naming_the_folder(saved_policy, tmp_path):
+    import json
+    import shutil
+
+    folder = shutil.copytree(saved_policy, tmp_path / "pol")
+    meta = json.loads((folder / "policy.json").read_text())
+    meta["params"]["representation"] = "lm"  # an lm policy whose PCA file is missing, then garbage
+    (folder / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=rf"^{folder}: not a readable policy \(.*lm_pca\.safetensors"):
+        PolicyRouter.load(folder)
+    (folder / "lm_pca.safetensors").write_bytes(b"garbage!")
+    with pytest.raises(DataError, match=rf"^{folder}: not a readable policy \(SafetensorError"):
+        PolicyRouter.load(folder)

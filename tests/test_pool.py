@@ -244,6 +244,12 @@ def test_bad_queries_are_rejected(wiki, index_dir):
             None,
             r"arms\[1\]\.name: arm name 'bm25' differs from 'BM25' only in case; their TREC run files",
         ),
+        (  # a retriever name is its index folder's name: never a path
+            {**RETRIEVERS, "../up": {"type": "bm25"}},
+            [{"name": "x", "retriever": "bm25"}],
+            None,
+            r"retrievers\.\.\./up: retriever name '\.\./up' is not a plain file name: it holds '/'",
+        ),
         (  # one index folder there
             {**RETRIEVERS, "BM25": {"type": "bm25"}},
             [{"name": "x", "retriever": "bm25"}],
@@ -328,6 +334,33 @@ def test_bad_queries_are_rejected(wiki, index_dir):
 def test_config_errors_name_the_key(retrievers, arms, rerankers, match):
     with pytest.raises(ConfigError, match=match):
         Pool.from_config(retrievers, arms, rerankers)
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("../escaped", "it holds '/'"),
+    ("runs/bm25", "it holds '/'"),
+    ("..\\escaped", r"it holds '\\\\'"),
+    (".", "it names a folder"),
+    ("..", "it names a folder"),
+    (".bm25", "it starts with '.'"),
+    ("bm\0", "it holds a NUL character"),
+])
+def test_an_arm_name_that_is_not_a_plain_file_name_is_refused(name, why):
+    """An arm named ``../escaped`` had its TREC run written outside the runs folder."""
+    arms = [{"name": "bm25", "retriever": "bm25"}, {"name": name, "retriever": "bm25"}]
+    with pytest.raises(ConfigError, match=rf"arms\[1\]\.name: arm name .* is not a plain file name: {why}"):
+        Pool.from_config(RETRIEVERS, arms)
+
+
+def test_every_shipped_config_names_its_arms_plainly():
+    from ltrr.config import load_config, packaged_configs
+
+    names = ["bm25+reg", "dense+stoch", "bm25-top1", "arm_3", "none", "x.v2"]
+    assert [a.name for a in Pool.from_config(RETRIEVERS, [{"name": n, "retriever": "bm25"} for n in names]).arms] \
+        == names
+    assert packaged_configs()
+    for name in packaged_configs():
+        assert Pool.from_run_config(load_config(name)).arms, name
 
 
 def test_default_pool_config_has_the_papers_seven_arms():

@@ -146,3 +146,105 @@ def test_qrels_of_another_topic_set_are_an_error(tmp_path):
         load_dataset(tmp_path)
     (tmp_path / "qrels.trec").write_text("q1 0 d1 1\n301 0 d1 1\n")  # a partial match is fine
     assert load_dataset(tmp_path).qrels["qid"].tolist() == ["q1", "301"]
+
+
+def _tree(root):
+    """Every file under ``root`` with its bytes: what a call wrote or removed anywhere there."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("../escaped", "holds '/'"),
+    ("sub/run", "holds '/'"),
+    ("..\\escaped", r"holds '\\\\'"),
+    ("..", "names a folder"),
+    (".hidden", "starts with '.'"),
+    ("a\0b", "holds a NUL"),
+])
+def test_a_run_name_that_is_not_a_plain_file_name_writes_nothing(tmp_path, name, why):
+    """A run named ``../escaped`` was written to ``trec/../escaped.trec``, outside the folder."""
+    res = _results()
+    key = RunKey.of("fp1", pd.DataFrame({"qid": ["q1"], "question": ["a"]}), None, "ds")
+    write_trec_runs({"bm25": res[res["arm"] == "bm25"]}, tmp_path / "trec", key, log=lambda m: None)
+    before = _tree(tmp_path)
+    other = RunKey.of("fp2", pd.DataFrame({"qid": ["q1"], "question": ["a"]}), None, "ds")
+    with pytest.raises(DataError, match=f"run name .* cannot name a file inside the runs folder: it {why}"):
+        write_trec_runs({"bm25": res[res["arm"] == "bm25"], name: res[res["arm"] == "bm25"]},
+                        tmp_path / "trec", other, log=lambda m: None)
+    assert _tree(tmp_path) == before  # nothing written, nothing removed, inside the folder or out
+
+
+@pytest.mark.parametrize("files", [
+    {"../victim/important.txt": "x", "../victim/run.trec": "y", "/abs/elsewhere.trec": "z",
+     "notes.txt": "n", ".": "d", "sub": "s", "..": "p"},
+    ["../victim/important.txt", "../victim/run.trec", "notes.txt"],
+    "../victim/run.trec",
+    7,
+])
+def test_replacing_old_runs_removes_only_plain_trec_names_inside_the_folder(tmp_path, files):
+    """A received runs.json listing ``../victim/important.txt`` had that file deleted."""
+    res = _results()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "important.txt").write_text("keep me")
+    (victim / "run.trec").write_text("keep me too")
+    out = tmp_path / "trec"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a run")
+    (out / "sub").mkdir()
+    (out / "sub" / "x.trec").write_text("inside a subfolder")
+    (out / "old.trec").write_text("q1 Q0 d1 1 1.0 old\n")  # a plain *.trec name: ltrr's to replace
+    listed = {**files, "old.trec": "old"} if isinstance(files, dict) else (
+        [*files, "old.trec"] if isinstance(files, list) else files)
+    (out / "runs.json").write_text(json.dumps(
+        {"key": {"config": "OTHER", "topics": "t", "qrels": None, "dataset": ""}, "files": listed}))
+    key = RunKey.of("fp1", pd.DataFrame({"qid": ["q1"], "question": ["a"]}), None, "ds")
+    write_trec_runs({"bm25": res[res["arm"] == "bm25"]}, out, key, log=lambda m: None)  # no error
+    assert (victim / "important.txt").read_text() == "keep me"
+    assert (victim / "run.trec").read_text() == "keep me too"
+    assert (out / "notes.txt").read_text() == "not a run" and (out / "sub" / "x.trec").is_file()
+    assert (out / "old.trec").exists() == (not isinstance(files, (dict, list)))
+    assert read_run_key(out) == key and (out / "bm25.trec").is_file()
+
+
+def test_a_symlinked_old_run_is_unlinked_not_its_target(tmp_path):
+    res = _results()
+    target = tmp_path / "target.trec"
+    target.write_text("keep me")
+    out = tmp_path / "trec"
+    out.mkdir()
+    (out / "old.trec").symlink_to(target)
+    (out / "runs.json").write_text(json.dumps(
+        {"key": {"config": "OTHER", "topics": "t", "qrels": None, "dataset": ""}, "files": {"old.trec": "o"}}))
+    key = RunKey.of("fp1", pd.DataFrame({"qid": ["q1"], "question": ["a"]}), None, "ds")
+    write_trec_runs({"bm25": res[res["arm"] == "bm25"]}, out, key, log=lambda m: None)
+    assert not (out / "old.trec").is_symlink() and target.read_text() == "keep me"
+
+
+def test_a_line_over_the_cap_is_refused_by_number_before_it_is_read_whole(tmp_path, monkeypatch):
+    """A 382 KB .res.gz unpacking to one 384 MiB line was read whole (1.1 GB) before its error."""
+    import gzip
+
+    import ltrr.data.lines as lines
+
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 64)
+    ok = "q1 Q0 d1 1 2.5 tag\n"
+    for name, opener in (("run.res.gz", gzip.open), ("run.res", open)):
+        with opener(tmp_path / name, "wt") as fh:
+            fh.write(ok + "q1 Q0 " + "d" * 200 + " 2 1.0 tag\n" + ok)
+        with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')}:2: the line is longer than 64 bytes"):
+            read_trec_run(tmp_path / name)
+    (tmp_path / "edge.res").write_text("q1 Q0 " + "d" * (63 - len("q1 Q0  1 2.5 tag\n")) + " 1 2.5 tag\n")
+    assert len((tmp_path / "edge.res").read_bytes()) == 63
+    assert len(read_trec_run(tmp_path / "edge.res")) == 1  # a line within the cap reads
+
+
+def test_a_gzipped_line_over_the_default_cap_is_refused(tmp_path):
+    import gzip
+
+    from ltrr.data.lines import MAX_LINE_BYTES
+
+    with gzip.open(tmp_path / "one.res.gz", "wb", compresslevel=1) as fh:
+        fh.write(b"q" * (MAX_LINE_BYTES + 10) + b"\n")
+    with pytest.raises(DataError, match=r"one\.res\.gz:1: the line is longer than 16 MiB"):
+        read_trec_run(tmp_path / "one.res.gz")

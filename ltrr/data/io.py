@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from ltrr._atomic import atomic_path, write_table_atomic, write_text_atomic  # re-exported (__all__)
-from ltrr._errors import DataError, NotBuiltError
+from ltrr._errors import DataError, LtrrError, NotBuiltError
 from ltrr.data.lines import utf8_lines
 from ltrr.data.schema import validate_corpus, validate_qrels, validate_queries
 
@@ -34,6 +36,8 @@ __all__ = [
     "data_root",
     "default_generation_cache",
     "resolve_dataset",
+    "read_saved_meta",
+    "saved_model_errors",
 ]
 
 
@@ -71,8 +75,14 @@ def read_jsonl(path: str | Path, *, required: tuple[str, ...] = ()) -> list[dict
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise DataError(f"{path}:{lineno}: {_TOO_DEEP}") from None
         rows.append(_check_row(path, lineno, obj, required))
     return rows
+
+
+#: the message of a JSON value nested deeper than Python's parser recurses (thousands of ``[``)
+_TOO_DEEP = "JSON nested too deeply to read (arrays or objects inside each other thousands of levels deep)"
 
 
 def _check_row(path: Path, lineno: int, obj, required: tuple[str, ...]) -> dict:
@@ -323,6 +333,46 @@ def read_saved_meta(file: str | Path, missing: str) -> dict:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{file}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise DataError(f"{file}: {_TOO_DEEP}") from None
     if not isinstance(meta, dict):
         raise DataError(f"{file}: expected a JSON object")
     return meta
+
+
+@contextmanager
+def saved_model_errors(folder: str | Path, what: str) -> Iterator[None]:
+    """Read a saved model's files inside this block: a missing key, a value of the wrong type,
+    a parameter the class does not take or a damaged array file becomes one `DataError` naming
+    ``folder`` and ``what`` it holds (ltrr's own errors pass as they are).
+
+    Examples
+    --------
+    >>> with saved_model_errors("models/knn", "knn router"):
+    ...     int({"n": "x"}["n"])
+    Traceback (most recent call last):
+    ltrr._errors.DataError: models/knn: not a readable knn router (a value is wrong: invalid literal for int() with base 10: 'x'); the folder is damaged or was written by something else: save or train it again
+    """
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - safetensors is a dependency; nothing to catch without it
+        SafetensorError = ValueError  # noqa: N806
+    try:
+        yield
+    except LtrrError:
+        raise
+    except KeyError as exc:
+        raise DataError(_damaged(folder, what, f"no entry {exc}")) from None
+    except TypeError as exc:
+        raise DataError(_damaged(folder, what, f"a value or parameter does not fit: {exc}")) from None
+    except (ValueError, AttributeError, RuntimeError, OSError, SafetensorError) as exc:
+        # AttributeError: a list where a mapping belongs; RuntimeError: torch's shape mismatch
+        # (RecursionError is one too); OSError, SafetensorError: a damaged array file
+        detail = "a value is wrong" if isinstance(exc, ValueError) else type(exc).__name__
+        raise DataError(_damaged(folder, what, f"{detail}: {exc}")) from None
+
+
+def _damaged(folder: str | Path, what: str, detail: str) -> str:
+    detail = " ".join(detail.split())  # one line: torch's shape mismatch spans several
+    return (f"{folder}: not a readable {what} ({detail}); the folder is damaged or was written by "
+            "something else: save or train it again")

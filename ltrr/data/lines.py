@@ -8,7 +8,12 @@ from pathlib import Path
 
 from ltrr._errors import DataError
 
-__all__ = ["utf8_lines"]
+__all__ = ["utf8_lines", "MAX_LINE_BYTES"]
+
+#: the longest line (in bytes, its newline included) a reader takes: far above any query, run
+#: or qrels line and any passage of a corpus, and a bound on what one line can hold in memory
+#: (a gzipped file a few hundred KB long can unpack into a single line of gigabytes)
+MAX_LINE_BYTES = 16 * 2**20
 
 
 def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -16,19 +21,27 @@ def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     ``.gz``), numbered from 1.
 
     A byte-order mark (as Windows editors write) is dropped and ``\\r\\n`` endings are kept
-    in ``line`` for the caller's parser to strip.
+    in ``line`` for the caller's parser to strip. A line is read up to `MAX_LINE_BYTES`, so a
+    longer one is refused without being held whole in memory.
 
     Raises
     ------
     DataError
-        ``file:line: not UTF-8 text (...)`` for the first line that does not decode.
+        ``file:line: not UTF-8 text (...)`` for the first line that does not decode, and
+        ``file:line: ...`` for the first line longer than `MAX_LINE_BYTES`.
     """
     path = Path(path)
     import gzip
 
+    cap = MAX_LINE_BYTES  # read once: a line's bound does not change while the file is read
     # a gzipped file (a run PyTerrier saved as .res.gz, say) reads as its text
     with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as fh:
-        for lineno, raw in enumerate(fh, 1):
+        lineno = 0
+        while raw := fh.readline(cap + 1):
+            lineno += 1
+            if len(raw) > cap:
+                raise DataError(f"{path}:{lineno}: the line is longer than {_size(cap)}, the most a line "
+                                "may hold; is this the right file?")
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8):]
             try:
@@ -38,3 +51,7 @@ def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                                 "line); save the file as UTF-8") from None
             if line.strip():
                 yield lineno, line
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 and n % 2**20 == 0 else f"{n:,} bytes"

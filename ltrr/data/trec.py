@@ -45,6 +45,7 @@ __all__ = [
     "check_qrels_match",
     "table_digest",
     "read_run_key",
+    "file_name_problem",
 ]
 
 RUN_COLUMNS = ["qid", "docid", "rank", "score", "arm"]
@@ -64,6 +65,63 @@ def _token(value, what: str) -> str:
     if not s or any(ch.isspace() for ch in s):
         raise DataError(f"a TREC file cannot hold the {what} {s!r}: it is empty or has whitespace")
     return s
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a file's name inside a folder (it would be no file, or one
+    elsewhere, or a hidden one), or None when it can.
+
+    A run, an arm or anything else that names a file must be a plain name: not empty, not
+    ``.`` or ``..``, not starting with ``.``, without ``/``, ``\\`` or NUL.
+
+    Examples
+    --------
+    >>> file_name_problem("bm25+reg") is None
+    True
+    >>> file_name_problem("../escaped")
+    "it holds '/' (a path, not a name)"
+    """
+    if not name:
+        return "it is empty"
+    if "\0" in name:
+        return "it holds a NUL character"
+    bad = next((c for c in ("/", "\\") if c in name), None)
+    if bad is not None:
+        return f"it holds {bad!r} (a path, not a name)"
+    if name in (".", ".."):
+        return "it names a folder, not a file"
+    if name.startswith("."):
+        return "it starts with '.' (a hidden file)"
+    return None
+
+
+def _run_name(name) -> str:
+    """``name`` as the tag of a run and the stem of its file ``<name>.trec``."""
+    s = _token(name, "run name")
+    problem = file_name_problem(s)
+    if problem is not None:
+        raise DataError(f"the run name {s!r} cannot name a file inside the runs folder: {problem}")
+    return s
+
+
+def _own_run_files(folder: Path) -> list[Path]:
+    """The run files ``folder/runs.json`` lists that are ltrr's to remove: plain ``*.trec``
+    names inside ``folder``. Any other entry (a path, a name of another kind, not a string)
+    is not a file ltrr wrote there and is left alone; so is an unreadable record."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("files", {})
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError):
+        return []
+    if not isinstance(files, (dict, list)):
+        return []
+    out = []
+    for n in files:
+        if (isinstance(n, str) and n.endswith(".trec") and Path(n).name == n
+                and file_name_problem(n) is None):
+            p = folder / n
+            if p.is_symlink() or p.is_file():  # a link is removed, never what it points to
+                out.append(p)
+    return out
 
 
 def ordering_scores(results: pd.DataFrame) -> pd.Series:
@@ -255,8 +313,10 @@ def read_run_key(folder: str | Path) -> RunKey | None:
     try:
         meta = json.loads(p.read_text(encoding="utf-8"))
         return RunKey(**meta["key"])
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
         raise DataError(f"{p}: not a run record written by ltrr ({exc})") from None
+    except RecursionError:
+        raise DataError(f"{p}: not a run record written by ltrr (JSON nested too deeply)") from None
 
 
 def write_trec_runs(runs: dict[str, pd.DataFrame], folder: str | Path, key: RunKey, *, log=print) -> dict[str, Path]:
@@ -264,14 +324,17 @@ def write_trec_runs(runs: dict[str, pd.DataFrame], folder: str | Path, key: RunK
 
     Run files that an earlier call wrote from other inputs (another `RunKey`) are removed
     first, and the replacement is said, so a folder never mixes runs of different inputs; an id
-    no TREC file can hold (empty, or with whitespace) is refused before anything is removed or
-    written.
+    no TREC file can hold (empty, or with whitespace) and a run name that is not a plain file
+    name (`file_name_problem`) are refused before anything is removed or written. Only what
+    ltrr writes is removed: the plain ``*.trec`` names of the old ``runs.json`` inside
+    ``folder``; any other entry there (``../elsewhere``, a name not ending in ``.trec``) is
+    left alone.
     """
     from ltrr._atomic import write_text_atomic
 
     folder = Path(folder)
     for name, df in runs.items():  # every id a TREC file cannot hold is refused before anything is removed
-        _token(name, "run name")
+        _run_name(name)
         for col, what in (("qid", "qid"), ("docid", "docid")):
             if col in df.columns:
                 for v in pd.unique(df[col]):
@@ -280,11 +343,11 @@ def write_trec_runs(runs: dict[str, pd.DataFrame], folder: str | Path, key: RunK
     if old is not None and old != key:
         log(f"[trec] {folder} held runs of other inputs ({', '.join(old.differences(key)) or 'dataset'} differ): "
             "replacing them")
-        for name in json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("files", {}):
-            (folder / name).unlink(missing_ok=True)
+        for p in _own_run_files(folder):
+            p.unlink(missing_ok=True)
     paths = {}
     for name, df in runs.items():
-        paths[name] = write_trec_run(df, folder / f"{_token(name, 'run name')}.trec", tag=name)
+        paths[name] = write_trec_run(df, folder / f"{_run_name(name)}.trec", tag=name)
     manifest = {"key": asdict(key), "files": {p.name: name for name, p in paths.items()},
                 "format": "qid Q0 docno rank score tag; scores order the ranking (ltrr.data.trec.ordering_scores)"}
     write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -76,6 +76,9 @@ def gguf_metadata(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[str
     """
     try:
         return _scan_gguf_header(path, keys)
+    except RecursionError:
+        # arrays of arrays nested thousands deep: no model writes that, and GGUFReader recurses too
+        raise DataError(f"{path} is not a readable GGUF file: its metadata nests arrays too deeply") from None
     except (_NotScanned, OSError, struct.error, UnicodeDecodeError, ValueError):
         pass
     import gguf

@@ -377,10 +377,21 @@ class BudgetPolicy(BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> BudgetPolicy:
+        """Load a head saved by `save`.
+
+        Raises
+        ------
+        NotBuiltError
+            ``path`` holds no ``head.json`` or ``head.safetensors``.
+        DataError
+            One message naming ``path`` for a damaged folder: a missing or ill-typed entry of
+            ``head.json``, a parameter this class does not take or out of its range, a damaged
+            ``head.safetensors`` or one that does not fit ``head.json``.
+        """
         import torch
         from safetensors.numpy import load_file
 
-        from ltrr.data.io import read_saved_meta
+        from ltrr.data.io import read_saved_meta, saved_model_errors
 
         path = Path(path)
         if not (path / "head.safetensors").is_file():
@@ -388,12 +399,24 @@ class BudgetPolicy(BaseEstimator):
         meta: dict[str, Any] = read_saved_meta(path / "head.json", "no saved policy head (head.json and head.safetensors)")
         if meta.get("format") != HEAD_FORMAT:
             raise DataError(f"{path}: policy head in format {meta.get('format')!r}; this ltrr reads {HEAD_FORMAT}")
-        pol = cls(**meta["params"])
-        arrays = load_file(str(path / "head.safetensors"))
-        pol.x_mean_, pol.x_scale_, pol.costs_ = arrays["x_mean"], arrays["x_scale"], arrays["costs"]
-        pol.n_features_in_ = int(meta["n_features_in"])
-        pol.head_ = pol._make_head(pol.n_features_in_)
-        pol.head_.load_state_dict({k[5:]: torch.as_tensor(v) for k, v in arrays.items() if k.startswith("head.")})
-        pol.tau_, pol.lambda_, pol.c_max_ = float(meta["tau"]), float(meta["lambda"]), float(meta["c_max"])
-        pol.n_calibration_, pol.history_ = int(meta["n_calibration"]), list(meta["history"])
+        with saved_model_errors(path, "policy head"):
+            pol = cls(**meta["params"])
+            try:
+                pol._check_params()
+            except ConfigError as exc:
+                raise DataError(f"{path}: head.json's parameters do not fit BudgetPolicy: {exc}") from None
+            n_features = meta["n_features_in"]
+            if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+                raise DataError(f"{path}: head.json's n_features_in must be a positive integer, got {n_features!r}")
+            arrays = load_file(str(path / "head.safetensors"))
+            pol.x_mean_, pol.x_scale_, pol.costs_ = arrays["x_mean"], arrays["x_scale"], arrays["costs"]
+            if pol.x_mean_.shape != (n_features,) or pol.x_scale_.shape != (n_features,):
+                # checked before the network of that size is made
+                raise DataError(f"{path}: head.safetensors' scaling has shape {pol.x_mean_.shape}, not the "
+                                f"({n_features},) of head.json's n_features_in; the folder is damaged")
+            pol.n_features_in_ = n_features
+            pol.head_ = pol._make_head(pol.n_features_in_)
+            pol.head_.load_state_dict({k[5:]: torch.as_tensor(v) for k, v in arrays.items() if k.startswith("head.")})
+            pol.tau_, pol.lambda_, pol.c_max_ = float(meta["tau"]), float(meta["lambda"]), float(meta["c_max"])
+            pol.n_calibration_, pol.history_ = int(meta["n_calibration"]), list(meta["history"])
         return pol

@@ -310,23 +310,46 @@ class PolicyRouter(Router):
 
     @classmethod
     def load(cls, path: str | Path) -> PolicyRouter:
-        from ltrr.data.io import read_saved_meta
+        """Load a policy saved by `save`.
+
+        Raises
+        ------
+        NotBuiltError
+            ``path`` holds no ``policy.json``.
+        DataError
+            One message naming ``path`` for a damaged folder: a missing or ill-typed entry of
+            ``policy.json``, a parameter this class does not take, a damaged array file (the
+            LTR router and the head report their own folders).
+        """
+        from ltrr.data.io import read_saved_meta, saved_model_errors
         from ltrr.routers.ltr import LTRRouter
 
         path = Path(path)
         meta = read_saved_meta(path / "policy.json", "train a policy with `ltrr policy train CONFIG --cost-budget B`")
         if meta.get("router") != "policy" or meta.get("format") != POLICY_FORMAT:
             raise DataError(f"{path}: not a policy in format {POLICY_FORMAT}")
-        pol = cls(**meta["params"])
-        pol.arms_, pol.costs_ = list(meta["arms"]), {str(k): float(v) for k, v in meta["costs"].items()}
-        pol.n_train_queries_ = int(meta["n_train_queries"])
+        with saved_model_errors(path, "policy"):
+            pol = cls(**meta["params"])
+            if pol.representation not in REPRESENTATIONS:
+                raise DataError(f"{path}: policy.json's representation {pol.representation!r} is not one of "
+                                f"{', '.join(REPRESENTATIONS)}; the folder is damaged: train the policy again")
+            arms, costs = meta["arms"], meta["costs"]
+            if not isinstance(arms, list) or not all(isinstance(a, str) for a in arms):
+                raise DataError(f"{path}: policy.json's arms must be a list of arm names, got "
+                                f"{type(arms).__name__}; the folder is damaged: train the policy again")
+            pol.arms_, pol.costs_ = list(arms), {str(k): float(v) for k, v in costs.items()}
+            if sorted(pol.costs_) != sorted(pol.arms_):
+                raise DataError(f"{path}: policy.json's costs name arms {sorted(pol.costs_)}, not its arms "
+                                f"{sorted(pol.arms_)}; the folder is damaged: train the policy again")
+            pol.n_train_queries_ = int(meta["n_train_queries"])
         pol.ltr_ = LTRRouter.load(path / "ltr")
         pol.head_ = BudgetPolicy.load(path / "head")
         if pol.representation == "lm":
             from safetensors.numpy import load_file
 
-            arrays = load_file(str(path / "lm_pca.safetensors"))
-            pol.lm_mean_, pol.lm_components_ = arrays["mean"], arrays["components"]
+            with saved_model_errors(path, "policy"):
+                arrays = load_file(str(path / "lm_pca.safetensors"))
+                pol.lm_mean_, pol.lm_components_ = arrays["mean"], arrays["components"]
         return pol
 
     def check_costs_match(self, costs: dict) -> None:

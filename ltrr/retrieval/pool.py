@@ -40,6 +40,7 @@ import ltrr.retrieval.dense  # noqa: F401
 from ltrr._atomic import write_table_atomic
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.data.schema import POOL_COLUMNS
+from ltrr.data.trec import file_name_problem
 from ltrr.retrieval.arms import (
     ARM_KEYS,
     NO_RETRIEVAL,
@@ -174,6 +175,9 @@ class Pool:
             )
         rets: dict[str, Retriever] = {}
         for name, spec in retrievers.items():
+            if (problem := file_name_problem(str(name))) is not None:  # it names the index folder
+                raise ConfigError(f"retrievers.{name}: retriever name {str(name)!r} is not a plain file name: "
+                                  f"{problem}; use letters, digits and - + _")
             _check_case_unique(f"retrievers.{name}", str(name), rets, "retriever", "index folders")
             rets[str(name)] = cls._make_retriever(str(name), spec)
         rr_specs: dict[str, dict[str, Any]] = {}
@@ -282,6 +286,9 @@ class Pool:
         name = spec.get("name")
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{where}.name must be a non-empty string, got {name!r}")
+        if (problem := file_name_problem(name)) is not None:  # it names the arm's run file, <name>.trec
+            raise ConfigError(f"{where}.name: arm name {name!r} is not a plain file name: {problem}; "
+                              "use letters, digits and - + _ (e.g. 'bm25+reg')")
         where = f"arms[{i}] ({name!r})"
         if "retriever" not in spec:
             raise ConfigError(f"{where}.retriever is missing; give a retriever name or 'none'")

@@ -196,11 +196,21 @@ class KNNRouter(Router):
 
     @classmethod
     def load(cls, path: str | Path) -> KNNRouter:
-        """Load a router saved by `save`."""
+        """Load a router saved by `save`.
+
+        Raises
+        ------
+        NotBuiltError
+            ``path`` holds no ``router.json`` or ``knn.safetensors``.
+        DataError
+            One message naming ``path`` for a damaged folder: a missing or ill-typed entry of
+            ``router.json``, a parameter this class does not take or out of its range, a
+            damaged ``knn.safetensors`` or one that does not match ``router.json``.
+        """
         from safetensors.numpy import load_file
         from sklearn.neighbors import NearestNeighbors
 
-        from ltrr.data.io import read_saved_meta
+        from ltrr.data.io import read_saved_meta, saved_model_errors
 
         path = Path(path)
         meta = read_saved_meta(path / "router.json", "no saved knn router (router.json and knn.safetensors)")
@@ -209,15 +219,25 @@ class KNNRouter(Router):
         if meta.get("router") != "knn" or meta.get("format") != KNN_FORMAT:
             raise DataError(f"{path}: not a knn router in format {KNN_FORMAT} (router {meta.get('router')!r}, "
                             f"format {meta.get('format')!r})")
-        router = cls(**meta["params"])
-        arrays = load_file(str(path / "knn.safetensors"))
-        router.embeddings_, router.utility_ = arrays["embeddings"], arrays["utility"]
-        router.arms_ = list(meta["arms"])
-        if router.utility_.shape != (router.embeddings_.shape[0], len(router.arms_)):
-            raise DataError(f"{path}: knn.safetensors does not match router.json's arms")
-        router.prior_ = router.utility_.mean(axis=0)
-        router.n_train_queries_ = int(router.utility_.shape[0])
-        router.index_ = NearestNeighbors(metric="cosine", algorithm="brute").fit(router.embeddings_)
+        with saved_model_errors(path, "knn router"):
+            router = cls(**meta["params"])
+            try:
+                router._check_params()
+            except ConfigError as exc:
+                raise DataError(f"{path}: router.json's parameters do not fit KNNRouter: {exc}") from None
+            arms = meta["arms"]
+            if not isinstance(arms, list) or not all(isinstance(a, str) for a in arms):
+                raise DataError(f"{path}: router.json's arms must be a list of arm names, got {type(arms).__name__}")
+            arrays = load_file(str(path / "knn.safetensors"))
+            router.embeddings_, router.utility_ = arrays["embeddings"], arrays["utility"]
+            router.arms_ = list(arms)
+            if router.embeddings_.ndim != 2 or router.utility_.shape != (router.embeddings_.shape[0], len(arms)):
+                raise DataError(f"{path}: knn.safetensors does not match router.json's arms")
+            if not len(router.embeddings_):
+                raise DataError(f"{path}: knn.safetensors holds no training query; the folder is damaged")
+            router.prior_ = router.utility_.mean(axis=0)
+            router.n_train_queries_ = int(router.utility_.shape[0])
+            router.index_ = NearestNeighbors(metric="cosine", algorithm="brute").fit(router.embeddings_)
         return router
 
     def __repr__(self) -> str:
