@@ -62,25 +62,18 @@ def _extract(args: argparse.Namespace, out) -> int:
 
 def _merge(args: argparse.Namespace, log) -> int:
     from ltrr.data.io import default_generation_cache
-    from ltrr.generation.cache import GenerationCache, check_cache_file
-    from ltrr.generation.prebuilt import SUFFIXES, import_prebuilt, read_prebuilt
+    from ltrr.generation.cache import GenerationCache
+    from ltrr.generation.prebuilt import merge_sources
 
     into = Path(args.into) if args.into else default_generation_cache()
-    for src in args.sources:  # check every source before writing anything: no half-merged cache
-        if not Path(src).is_file():
-            raise LtrrError(f"no generation cache at {src}")
-        if str(src).endswith(SUFFIXES):
-            read_prebuilt(src)  # its sha256 and row count
-        else:
-            check_cache_file(src)
     with GenerationCache(into) as cache:
-        for src in args.sources:
-            if str(src).endswith(SUFFIXES):
-                added = import_prebuilt(src, cache)
-                log(f"{src}: {added} generations added (a prebuilt export, sha256 verified)")
+        # every row of every source is checked before anything is written, and all are written
+        # in one transaction: a bad source is one error line, and no half-merged cache
+        for r in merge_sources(cache, args.sources):
+            if r["prebuilt"]:
+                log(f"{r['source']}: {r['added']} generations added (a prebuilt export, sha256 verified)")
             else:
-                r = cache.merge(src)
-                log(f"{src}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
+                log(f"{r['source']}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
                     f"{r['corrupt']} corrupt (skipped)")
         log(f"{into}: {len(cache)} rows")
     return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -24,42 +23,29 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._atomic import atomic_path
-from ltrr._errors import ConfigError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
+from ltrr.generation.cache_rows import (
+    _COLUMNS,
+    _SCHEMA,
+    SCHEMA_VERSION,
+    _canonical,
+    _lenient_text,
+    _row_checksum,
+    check_cache_file,
+    decode_row,
+    is_blank_database,
+    read_cache_rows,
+)
 
 __all__ = ["GenerationCache", "CachedGenerator", "cache_key", "check_cache_file", "is_blank_database", "stats",
            "SCORE_PARAMS"]
 
-SCHEMA_VERSION = 1
 # The decoding parameters of a scoring (teacher-forcing) call: no token is generated.
 SCORE_PARAMS = DecodingParams(max_new_tokens=0)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS generations (
-    key TEXT PRIMARY KEY,
-    backend TEXT NOT NULL,
-    identity TEXT NOT NULL,
-    params TEXT NOT NULL,
-    text TEXT NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    latency_s REAL NOT NULL,
-    extra TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    checksum TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-_COLUMNS = (
-    "key, backend, identity, params, text, prompt_tokens, completion_tokens, latency_s, extra, "
-    "created_at, checksum"
-)
 # SQLite's default limit on host parameters is 999 in old builds; stay well under it.
 _LOOKUP_CHUNK = 500
-
-
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def cache_key(
@@ -77,12 +63,6 @@ def cache_key(
         "prompt": prompt,
     }
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
-
-
-def _row_checksum(row: tuple) -> str:
-    # All columns but the checksum itself, in table order; floats round-trip through SQLite's
-    # REAL (an IEEE double) exactly, so the JSON text is the same when recomputed.
-    return hashlib.sha256(_canonical(list(row)).encode("utf-8")).hexdigest()
 
 
 class GenerationCache:
@@ -114,7 +94,7 @@ class GenerationCache:
         self.path = Path(path)
         self.timeout = timeout
         self.corrupt_reads = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by the writes inside `transaction`
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
 
@@ -126,7 +106,7 @@ class GenerationCache:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -158,6 +138,7 @@ class GenerationCache:
 
     def _open(self) -> tuple[sqlite3.Connection, str]:
         conn = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        conn.text_factory = _lenient_text  # a row of TEXT that is not UTF-8 is one corrupt row
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -193,7 +174,12 @@ class GenerationCache:
         return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
-        """Cached generations for those of ``keys`` that are present and intact."""
+        """Cached generations for those of ``keys`` that are present and intact.
+
+        A row that fails its checksum, or holds a value ltrr does not write (``extra`` that is
+        not a JSON object, say), is a miss counted in ``corrupt_reads``; the next put of its key
+        replaces it.
+        """
         found: dict[str, Generation] = {}
         unique = list(dict.fromkeys(keys))
         with self._lock:
@@ -204,18 +190,14 @@ class GenerationCache:
                     f"SELECT {_COLUMNS} FROM generations WHERE key IN ({marks})", chunk
                 ).fetchall()
                 for row in rows:
-                    if _row_checksum(row[:-1]) != row[-1]:
-                        # A damaged row is a miss; the next put of that key replaces it.
+                    try:
+                        gen, intact = decode_row(row)
+                    except DataError:
+                        intact = False
+                    if not intact:
                         self.corrupt_reads += 1
                         continue
-                    found[row[0]] = Generation(
-                        text=row[4],
-                        prompt_tokens=row[5],
-                        completion_tokens=row[6],
-                        latency_s=row[7],
-                        extra=json.loads(row[8]),
-                        cached=True,
-                    )
+                    found[row[0]] = gen
         return found
 
     def put_many(self, entries: Sequence[tuple[str, str, str, DecodingParams, Generation]]) -> int:
@@ -248,22 +230,36 @@ class GenerationCache:
 
     def _insert(self, rows: Sequence[tuple], on_conflict: str) -> int:
         """Insert full rows in one ``BEGIN IMMEDIATE`` transaction; returns rows changed."""
+        with self.transaction() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                f"INSERT OR {on_conflict} INTO generations ({_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            return conn.total_changes - before
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction around several writes: all are committed, or none.
+
+        The writes of this object inside it (`put_many`, `merge`) join it rather than commit
+        on their own, so an error anywhere in the block leaves the file as it was
+        (``ltrr cache merge`` of several sources). Other threads wait for it to end.
+        """
         with self._lock:
             conn = self.conn
+            if conn.in_transaction:  # the enclosing transaction commits or rolls back
+                yield conn
+                return
             conn.execute("BEGIN IMMEDIATE")
             try:
-                before = conn.total_changes
-                conn.executemany(
-                    f"INSERT OR {on_conflict} INTO generations ({_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                changed = conn.total_changes - before
+                yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite rolls back by itself on some errors (a full disk)
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        return changed
 
     def __len__(self) -> int:
         with self._lock:
@@ -272,21 +268,27 @@ class GenerationCache:
     def check(self, *, repair: bool = False) -> dict[str, Any]:
         """Recompute every row's checksum; with ``repair=True`` delete the corrupt rows.
 
+        A row is corrupt when its checksum fails or a value is not of the type ltrr writes
+        (`decode_row`): the rows `get_many` would not serve.
+
         Returns ``{"rows": n, "corrupt": m, "integrity": "ok" | sqlite's report}``, where
         ``integrity`` is SQLite's own ``quick_check`` of the file structure.
         """
         with self._lock:
             conn = self.conn
-            integrity = "; ".join(r[0] for r in conn.execute("PRAGMA quick_check").fetchall())
+            integrity = "; ".join(str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall())
             n, bad = 0, []
-            for row in conn.execute(f"SELECT {_COLUMNS} FROM generations"):
+            for rowid, *row in conn.execute(f"SELECT rowid, {_COLUMNS} FROM generations"):
                 n += 1
-                if _row_checksum(row[:-1]) != row[-1]:
-                    bad.append(row[0])
+                try:
+                    _, intact = decode_row(row)
+                except DataError:
+                    intact = False
+                if not intact:
+                    bad.append(rowid)  # by rowid: the key itself may be what is wrong
             if repair and bad:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executemany("DELETE FROM generations WHERE key = ?", [(k,) for k in bad])
-                conn.execute("COMMIT")
+                with self.transaction():
+                    conn.executemany("DELETE FROM generations WHERE rowid = ?", [(r,) for r in bad])
         return {"rows": n, "corrupt": len(bad), "integrity": integrity}
 
     def merge(self, source: str | os.PathLike[str]) -> dict[str, int]:
@@ -296,21 +298,34 @@ class GenerationCache:
         into their own cache, and the caches are merged into one, where ``ltrr label CONFIG``
         then finds every generation. Rows are copied verbatim (their checksums stay valid);
         a row whose checksum fails in ``source`` is skipped and counted, never copied; a key
-        already here is kept as it is. The copy is one transaction: all or nothing.
+        already here is kept as it is. Every row is read and checked before anything is
+        written, and the copy is one transaction (or joins the `transaction` it runs in): all
+        or nothing.
 
         Returns ``{"rows", "added", "present", "corrupt"}`` over the rows of ``source``.
+
+        Raises
+        ------
+        DataError
+            A row of ``source`` holds a value of a type ltrr does not write (``extra`` that is
+            not a JSON object, a BLOB, text for a number, ...; see `decode_row`), or its
+            generations table lacks a column. Nothing is merged.
+        ConfigError
+            ``source`` is this cache, or not an ltrr generation cache of this schema version.
         """
+        good, corrupt = self.source_rows(source)
+        added = self._insert(good, "IGNORE") if good else 0
+        return {"rows": len(good) + corrupt, "added": added, "present": len(good) - added, "corrupt": corrupt}
+
+    def source_rows(self, source: str | os.PathLike[str]) -> tuple[list[tuple], int]:
+        """The intact rows of the cache file ``source`` that `merge` would copy, and the number
+        of corrupt ones; it raises what `merge` raises, and reads nothing of this cache."""
         src = Path(source)
         if src.resolve() == self.path.resolve():
             raise ConfigError(f"cannot merge the generation cache {str(src)!r} into itself")
         if not src.is_file():
             raise NotBuiltError(f"no generation cache at {src}")
-        with _read_only(src) as other:
-            rows = other.execute(f"SELECT {_COLUMNS} FROM generations").fetchall()
-        good = [r for r in rows if _row_checksum(r[:-1]) == r[-1]]
-        added = self._insert(good, "IGNORE") if good else 0
-        return {"rows": len(rows), "added": added, "present": len(good) - added,
-                "corrupt": len(rows) - len(good)}
+        return read_cache_rows(src)
 
     def extract(self, identities: Sequence[str], dest: str | os.PathLike[str]) -> int:
         """Write the rows of the model ``identities`` into a new cache file ``dest``; returns how many.
@@ -393,62 +408,6 @@ class GenerationCache:
                 for b, ident, n, pt, ct, first, last in groups
             ],
         }
-
-
-@contextlib.contextmanager
-def _read_only(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to the ltrr generation cache at ``path``, its schema checked.
-
-    Nothing is written to the file, so a file that is not a cache (or of another schema
-    version) is refused untouched.
-
-    Raises
-    ------
-    ConfigError
-        ``path`` is not an SQLite file, not an ltrr generation cache, or of another schema version.
-    """
-    src = Path(path)
-    try:
-        conn = sqlite3.connect(f"file:{src.resolve()}?mode=ro", uri=True)
-    except sqlite3.DatabaseError as exc:
-        raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
-    try:
-        try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not {"generations", "meta"} <= tables:
-                raise ConfigError(f"{src} is an SQLite file but not an ltrr generation cache")
-            version = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise ConfigError(f"{src} is not an ltrr generation cache ({exc})") from None
-        if version is None or version[0] != str(SCHEMA_VERSION):
-            raise ConfigError(f"{src}: generation cache schema version {version and version[0]!r}, "
-                              f"this ltrr reads {SCHEMA_VERSION}")
-        yield conn
-    finally:
-        conn.close()
-
-
-def is_blank_database(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is an SQLite file with no table at all (read-only): what a process killed
-    between creating its cache file and writing the cache's schema leaves. It holds no row."""
-    try:
-        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
-    except sqlite3.DatabaseError:
-        return False
-    try:
-        return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
-    except sqlite3.DatabaseError:
-        return False
-    finally:
-        conn.close()
-
-
-def check_cache_file(path: str | os.PathLike[str]) -> None:
-    """Raise `ConfigError` unless ``path`` is an ltrr generation cache this ltrr reads (read-only)."""
-    if not Path(path).is_file():
-        raise NotBuiltError(f"no generation cache at {path}")
-    with _read_only(path):
-        pass
 
 
 def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
