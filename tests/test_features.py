@@ -783,6 +783,14 @@ def test_feature_tables_record_their_inputs_and_copy_whole(tmp_path):
     assert sorted(p.name for p in b.iterdir()) == ["query_embeddings.npy", "raw.parquet", "raw_meta.json"]
     (a / "raw_meta.json").write_text("{not json")
     assert feature_tables_inputs(a) is None
+    # another process rewriting the tables removes raw_meta.json between the check and the read:
+    # "no tables" (None), not a FileNotFoundError traceback
+    import ltrr.features.raw as rawmod
+
+    real = rawmod._complete
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rawmod, "_complete", lambda folder: real(folder) and not (folder / "raw_meta.json").unlink())
+        assert feature_tables_inputs(b) is None
     (a / "query_embeddings.npy").unlink()
     with pytest.raises(NotBuiltError, match="no complete feature tables to copy"):
         copy_feature_tables(a, tmp_path / "c")

@@ -207,6 +207,52 @@ def test_a_damaged_router_json_is_one_data_error(tmp_path, capsys, damage, said)
     assert err.count("\n") == 1 and "not a readable LTR router" in err
 
 
+def test_a_folder_saved_over_while_it_is_read_is_an_error_not_a_mixed_router(tmp_path, monkeypatch):
+    """router.json records the digests of the parts it was saved with (the feature pipeline's,
+    the ranker's and the generator record's JSON, each holding its own files' checksums): a
+    folder whose parts are another save's (ltrr train saving over it while ltrr route or serve
+    loads it) is one DataError, before or after the parts are read, never a router made of two
+    fits. A folder saved before the digests were recorded loads as it did."""
+    import shutil
+
+    from ltrr.rankers.base import BaseRanker
+
+    raw, labels = make(n_queries=20)
+    x = LTRRouter(ranker="svm-pointwise").fit(raw, labels).save(tmp_path / "x")
+    y = LTRRouter(ranker="svm-pointwise", random_state=1).fit(raw, labels.assign(utility=1 - labels["utility"])).save(
+        tmp_path / "y")
+    meta = json.loads((x / "router.json").read_text())
+    assert set(meta["parts"]) == {"features/pipeline.json", "ranker/ranker.json"}
+    assert LTRRouter.load(x).arms_ == meta["arms"]
+    # another save's ranker under this router.json: refused before anything is read
+    mixed = tmp_path / "mixed"
+    shutil.copytree(x, mixed)
+    shutil.rmtree(mixed / "ranker")
+    shutil.copytree(y / "ranker", mixed / "ranker")
+    with pytest.raises(DataError, match="are not the ones router.json was saved with"):
+        LTRRouter.load(mixed)
+    # a save landing while the parts are read: refused after
+    swapped = tmp_path / "swapped"
+    shutil.copytree(x, swapped)
+    real = BaseRanker.load
+
+    def load_during_a_save(folder):
+        out = real(folder)
+        shutil.copy(y / "features" / "pipeline.json", swapped / "features" / "pipeline.json")
+        return out
+
+    monkeypatch.setattr(BaseRanker, "load", staticmethod(load_during_a_save))
+    with pytest.raises(DataError, match="are not the ones router.json was saved with"):
+        LTRRouter.load(swapped)
+    monkeypatch.undo()
+    # saved before router.json recorded its parts: loads, unchecked
+    old = tmp_path / "old"
+    shutil.copytree(x, old)
+    meta.pop("parts")
+    (old / "router.json").write_text(json.dumps(meta))
+    assert LTRRouter.load(old).n_train_queries_ == meta["n_train_queries"]
+
+
 def test_a_folder_does_not_choose_a_remote_generator(tmp_path, capsys, monkeypatch):
     """A router folder from someone else whose generator.json names a remote backend (openai,
     its endpoint and the environment variable of a key) would send every question, its passages

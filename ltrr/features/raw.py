@@ -218,16 +218,17 @@ def _complete(folder: Path) -> bool:
 def feature_tables_inputs(folder: str | Path) -> str | None:
     """The ``inputs`` fingerprint `write_feature_tables` recorded in ``folder``.
 
-    None when the folder holds no complete tables, its JSON is damaged, or the tables were
-    written without one (by an older ltrr, or by hand).
+    None when the folder holds no complete tables (none yet, or another process is writing
+    them), its JSON is damaged, or the tables were written without one (by an older ltrr, or by
+    hand).
     """
     folder = Path(folder)
     if not _complete(folder):
         return None
     try:
         got = json.loads((folder / _META_FILE).read_text(encoding="utf-8")).get("inputs")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError, RecursionError):
+        return None  # OSError: removed between the check and the read, by a process rewriting them
     return str(got) if got is not None else None
 
 

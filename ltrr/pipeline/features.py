@@ -110,7 +110,7 @@ def training_inputs(run: RunContext, stage: str = "train"):
     if recorded is None or made != recorded:
         why = ("this workdir has no features stage record" if recorded is None else
                "they were made of other inputs than this run's features stage recorded" if made else
-               "they record no inputs (an older ltrr, or written by hand)")
+               "they record no inputs (another process is writing them now, or an older ltrr or a person wrote them)")
         raise NotBuiltError(f"stage {stage} cannot read the feature tables in {run.features_dir}: {why}; "
                             f"run `ltrr features CONFIG` (or `ltrr run`) first")
     labels = pd.read_parquet(run.labels_dir / "labels.parquet")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import plain_json, write_json_atomic
+from ltrr._atomic import plain_json, sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers.tags import RankerTags, ranker_tags
@@ -345,6 +345,7 @@ class LTRRouter(Router):
             self.labelled_with_ = labelled_with
         else:
             (path / GENERATOR_FILE).unlink(missing_ok=True)
+        meta["parts"] = _part_digests(path)  # ties router.json to the parts it was saved with
         write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True)
         return path
 
@@ -372,6 +373,9 @@ class LTRRouter(Router):
         if meta.get("format") != ROUTER_FORMAT:
             raise DataError(f"{path}: router saved in format {meta.get('format')} by ltrr {meta.get('ltrr_version')}; "
                             f"this ltrr ({__version__}) reads format {ROUTER_FORMAT}: retrain it")
+        parts = meta.get("parts")  # None: saved before the parts were recorded
+        if parts is not None and _part_digests(path) != parts:
+            raise DataError(_CHANGED.format(path=path))
         with saved_model_errors(path, "LTR router"):  # a missing or ill-typed entry: one DataError
             router = cls(**meta["params"])
             current = load_spec(router.features).to_dict()
@@ -392,6 +396,8 @@ class LTRRouter(Router):
         if (path / GENERATOR_FILE).is_file():
             gen = read_saved_meta(path / GENERATOR_FILE, "train the router again with `ltrr train CONFIG`")
             router.labelled_with_ = _generator_record(gen, str(path / GENERATOR_FILE))
+        if parts is not None and _part_digests(path) != parts:  # replaced while it was read
+            raise DataError(_CHANGED.format(path=path))
         return router
 
 
@@ -453,6 +459,20 @@ def resolve_index_dir(index_dir: str | Path, saved_in: str | Path | None = None)
         f"index folder {str(index_dir)!r} (as the router was trained, relative to the folder it was trained in) "
         f"not found; tried {', '.join(str(t) for t in tried)}; run from the project folder it was trained in, "
         "or build the index there with `ltrr index CONFIG`")
+
+
+#: the parts of a saved router folder whose digests router.json records: each names the
+#: checksums of the files it holds, so together they pin the fitted model (generator.json, a
+#: record of how the labels were made that a user may edit, is checked on its own when read)
+_PARTS = ("features/pipeline.json", "ranker/ranker.json")
+_CHANGED = ("{path}: its feature pipeline and ranker are not the ones router.json was saved with (another "
+            "`ltrr train` saving a router there now, or a part replaced since): load it again once a save has "
+            "finished, or train it again")
+
+
+def _part_digests(path: Path) -> dict[str, str | None]:
+    """The sha256 of each of `_PARTS` in ``path`` (None for one that is not there)."""
+    return {part: (sha256_file(path / part) if (path / part).is_file() else None) for part in _PARTS}
 
 
 def _generator_record(obj: Any, where: str) -> dict:
