@@ -513,3 +513,19 @@ def test_the_searcher_routes_with_a_router_held_out_from_the_test_part(project, 
     err = capsys.readouterr().err
     assert "lambdamart-listwise" in err and "ltrr train" in err and err.count("\n") == 1
     assert (root / "ho" / "context" / "agents.csv").read_bytes() == before
+
+    # context packing routes the same test part: one partition, rebuilt in one place
+    # (`Run.protocol_partition`), over every query as the protocol made it, a query with labels
+    # for some arms only left out of its part and no other query moved
+    from ltrr.context.evaluate import routed_test_order
+
+    test, order, _, _ = routed_test_order(run)
+    assert set(test) == run.protocol_part("test")[0] and set(order) == set(test)
+    path = root / "ho" / "labels" / "labels.parquet"
+    labels = pd.read_parquet(path)
+    gone = sorted(test)[0]
+    labels.drop(index=labels.index[labels["qid"] == gone][:1]).to_parquet(path)  # one arm's label lost
+    test2, _, _, _ = routed_test_order(run)
+    design2, test_part2 = run.protocol_part("design")[0], run.protocol_part("test")[0]
+    assert gone not in set(test2) | design2 | test_part2
+    assert set(test2) == test_part2 == set(test) - {gone} and design2 == design

@@ -208,8 +208,8 @@ def test_a_damaged_router_json_is_one_data_error(tmp_path, capsys, damage, said)
 
 
 def test_a_folder_saved_over_while_it_is_read_is_an_error_not_a_mixed_router(tmp_path, monkeypatch):
-    """router.json records the digests of the parts it was saved with (the feature pipeline's,
-    the ranker's and the generator record's JSON, each holding its own files' checksums): a
+    """router.json records the digests of the parts it was saved with (the feature pipeline's
+    and the ranker's JSON, each holding its own files' checksums): a
     folder whose parts are another save's (ltrr train saving over it while ltrr route or serve
     loads it) is one DataError, before or after the parts are read, never a router made of two
     fits. A folder saved before the digests were recorded loads as it did."""

@@ -360,6 +360,17 @@ def test_packed_context_in_serving_and_route_answer(trained, capsys):
     assert cut["dropped_passages"] == 1 and len(cut["passages"]) == 2  # of the 3 packed
     whole = LTRRouter.load(model).answer(q, reader, packing=spec)
     assert (whole["dropped_passages"], whole["trimmed_passages"]) == (0, 0)
+    # `ltrr route --answer --config`: the config's generator, template and packing, as serve takes them
+    packed = cfg.parent / "srv-packed.toml"
+    packed.write_text(cfg.read_text().replace('[generation]\n', '[generation]\ncontext_budget = 40\n', 1))
+    assert main(["route", str(model), q, "--answer", "--config", str(packed), "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("answer (") for line in lines)
+    assert any(line.startswith("context: ") and "tokens" in line for line in lines)  # the packed context, said
+    assert main(["route", str(model), q, "--answer", "--config", str(cfg)]) == 0  # no context_budget: one arm
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("answer (") for line in lines)
+    assert not any(line.startswith("context: ") for line in lines)
 
 
 def test_one_routing_path_and_no_state_between_calls(server):

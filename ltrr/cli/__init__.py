@@ -203,12 +203,15 @@ def cmd_route(args: argparse.Namespace) -> int:
 
             packing = PackSpec.from_mapping({"budget": args.token_budget}, "--token-budget")
         generator, template = None, None  # default: the generator the router's labels measured
-        if args.config:  # the config's generator, behind its generation cache
+        if args.config:  # the config's generator, behind its generation cache, and its packing
             from ltrr.config import load_config
+            from ltrr.packing import packing_from_config
             from ltrr.pipeline import Run
 
             run = Run(load_config(args.config), log=_log)
             generator, template = run.make_generator(), run.config.generation.template
+            if packing is None:  # --token-budget wins over the config's context_budget
+                packing = packing_from_config(run.config.generation, run.config.context)
         out = router.answer(args.question, generator, template=template, packing=packing)
         ranking = out["ranking"]
     else:
@@ -431,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--answer", action="store_true", help="also answer with the top arm, by the generator the router's labels measured")
     add_renamed(ro, "--token-budget", ["--context-budget"], type=int, default=0, metavar="N",
                 help="with --answer: read the top 2 routed arms' passages packed into N tokens")
-    ro.add_argument("--config", help="with --answer: answer with this config's generator and template (default: the ones "
+    ro.add_argument("--config", help="with --answer: answer with this config's generator, template and packing "
+                                     "([generation] context_budget; --token-budget wins) (default: the ones "
                                      "the router's labels were measured with, recorded by ltrr train; a remote generator "
                                      "recorded in the folder is refused, since the folder would choose where questions go)")
     ro.add_argument("--json", action="store_true")

@@ -84,14 +84,14 @@ def _corpus_sha256(corpus: pd.DataFrame) -> str:
     return corpus_fingerprint(corpus["docid"].tolist(), texts)
 
 
-
 def _check_case_unique(where: str, name: str, taken, kind: str, files: str) -> None:
     """A `ConfigError` when ``name`` differs from a name in ``taken`` only in case: on a
-    case-insensitive file system (macOS's and Windows' defaults) their {files} would be one."""
+    case-insensitive file system (macOS's and Windows' defaults) their ``files`` would be one."""
     other = next((t for t in taken if t != name and t.casefold() == name.casefold()), None)
     if other is not None:
         raise ConfigError(f"{where}: {kind} name {name!r} differs from {other!r} only in case; their {files} "
                           "would be one file on a case-insensitive file system (macOS, Windows): rename one")
+
 
 class Pool:
     """A set of arms over shared first-stage retrievers.
