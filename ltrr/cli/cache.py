@@ -66,16 +66,23 @@ def _merge(args: argparse.Namespace, log) -> int:
     from ltrr.generation.prebuilt import merge_sources
 
     into = Path(args.into) if args.into else default_generation_cache()
-    with GenerationCache(into) as cache:
-        # every row of every source is checked before anything is written, and all are written
-        # in one transaction: a bad source is one error line, and no half-merged cache
-        for r in merge_sources(cache, args.sources):
-            if r["prebuilt"]:
-                log(f"{r['source']}: {r['added']} generations added (a prebuilt export, sha256 verified)")
-            else:
-                log(f"{r['source']}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
-                    f"{r['corrupt']} corrupt (skipped)")
-        log(f"{into}: {len(cache)} rows")
+    existed = into.exists()
+    try:
+        with GenerationCache(into) as cache:
+            # every row of every source is checked as it is written, all in one transaction: a
+            # bad source is one error line, rolled back, and no half-merged cache
+            for r in merge_sources(cache, args.sources):
+                if r["prebuilt"]:
+                    log(f"{r['source']}: {r['added']} generations added (a prebuilt export, sha256 verified)")
+                else:
+                    log(f"{r['source']}: {r['rows']} rows, {r['added']} added, {r['present']} already present, "
+                        f"{r['corrupt']} corrupt (skipped)")
+            log(f"{into}: {len(cache)} rows")
+    except BaseException:
+        if not existed:  # a cache this merge created holds nothing: it goes, with its journal files
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{into}{suffix}").unlink(missing_ok=True)
+        raise
     return 0
 
 

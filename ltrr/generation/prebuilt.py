@@ -424,13 +424,12 @@ def _add(path: Path, cache: GenerationCache) -> int:
 def import_prebuilt(path: str | Path, cache: GenerationCache) -> int:
     """Add the prebuilt rows that ``cache`` lacks; returns how many were added.
 
-    The file is checked whole (`check_prebuilt`) before anything is written, and the rows are
-    added in one transaction: a bad file adds nothing. Raises what `check_prebuilt` raises.
+    The file is read once, each record checked as `check_prebuilt` checks it as it is added,
+    all in one transaction: a bad file (a bad record, or fewer rows than its sidecar records)
+    rolls back and adds nothing. Raises what `check_prebuilt` raises.
     """
-    path = Path(path)
-    check_prebuilt(path)
-    with cache.transaction():  # read and checked again as it is written: the file may have changed
-        return _add(path, cache)
+    with cache.transaction():  # one pass: a first pass to check would read and decompress it twice
+        return _add(Path(path), cache)
 
 
 def is_prebuilt(path: str | os.PathLike[str]) -> bool:
@@ -441,10 +440,10 @@ def is_prebuilt(path: str | os.PathLike[str]) -> bool:
 def merge_sources(cache: GenerationCache, sources: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """Merge cache files and prebuilt exports into ``cache``: all of them, or nothing.
 
-    What ``ltrr cache merge`` does. Every row of every source is read and checked first
-    (`check_prebuilt`, `GenerationCache.source_rows`), writing nothing, so a missing, damaged
-    or hostile source is refused with one error that names it; then every source is copied in
-    one transaction (each read and checked again as it is copied).
+    What ``ltrr cache merge`` does. A missing source is refused before anything is read; then
+    every source is read once and copied in one transaction, each row checked as it is copied
+    (`check_prebuilt`'s checks, `GenerationCache.merge`'s), so a damaged or hostile source is
+    one error that names it, and the transaction's rollback leaves ``cache`` as it was.
 
     Returns
     -------
@@ -463,10 +462,6 @@ def merge_sources(cache: GenerationCache, sources: Sequence[str | os.PathLike[st
     for src in paths:
         if not src.is_file():
             raise NotBuiltError(f"no generation cache at {src}")
-        if is_prebuilt(src):
-            check_prebuilt(src)
-        else:
-            cache.source_rows(src)
     reports = []
     with cache.transaction():
         for src in paths:
