@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
+from ltrr._errors import ConfigError, LtrrError, NotBuiltError
 from ltrr._log import logger, progress_enabled
-from ltrr._tables import markdown_table
 from ltrr.config import Config, backend_settings
 from ltrr.data.io import (
     Dataset,
@@ -44,8 +43,9 @@ from ltrr.pipeline.features import (
     features_stage,
     training_inputs,
 )
+from ltrr.pipeline.ir import retrieval_measures, retrieval_report, write_trec
 from ltrr.pipeline.labels import export_generations, label_stage, replicate_queries
-from ltrr.rankers.tags import ranker_defaults, ranker_tags
+from ltrr.pipeline.train import train_fingerprint, train_stage
 
 if TYPE_CHECKING:
     from ltrr.eval.splits import Split
@@ -105,10 +105,29 @@ class Run:
         return self.workdir / "retrieval" / "results.parquet"
 
     def stage_record(self, stage: str) -> Path:
+        """``<workdir>/stages/<stage>.json``: the stage's record (input fingerprint, seconds)."""
         return self.workdir / "stages" / f"{stage}.json"
 
     # ---- stage bookkeeping ---------------------------------------------------------------
     def is_fresh(self, stage: str, fingerprint: str, outputs: list[Path]) -> bool:
+        """Whether ``stage`` is up to date and can be skipped.
+
+        Parameters
+        ----------
+        stage : str
+            The stage's record name (`stage_record`).
+        fingerprint : str
+            The fingerprint of the stage's inputs now.
+        outputs : list of Path
+            The files or folders the stage writes.
+
+        Returns
+        -------
+        bool
+            True when every output exists and the stage record holds ``fingerprint``; False
+            when an output or the record is missing, the record cannot be parsed, or its
+            fingerprint differs (the reason is logged at debug level).
+        """
         rec = self.stage_record(stage)
         missing = [str(p) for p in outputs if not p.exists()]
         if not rec.exists() or missing:
@@ -123,6 +142,10 @@ class Run:
         return old == fingerprint
 
     def record(self, stage: str, fingerprint: str, seconds: float, **info) -> None:
+        """Write ``stage``'s record atomically: ``fingerprint``, ``seconds`` and ``info``'s items.
+
+        A stage calls it once its outputs are written, so an interrupted stage leaves no record.
+        """
         write_text_atomic(self.stage_record(stage),
                           json.dumps({"fingerprint": fingerprint, "seconds": round(seconds, 2), **info}, indent=2))
 
@@ -314,9 +337,17 @@ class Run:
         return self.workdir / "reports"
 
     def no_retrieval_arms(self) -> list[str]:
+        """The names of the pool's no-retrieval arms (the LLM answers without passages)."""
         return [a.name for a in self.pool.arms if a.is_no_retrieval]
 
     def need(self, stage: str, path: Path, producer: str) -> None:
+        """Check that ``stage``'s input ``path``, the output of stage ``producer``, exists.
+
+        Raises
+        ------
+        NotBuiltError
+            When ``path`` does not exist; the message names the stage to run first.
+        """
         if not path.exists():
             raise NotBuiltError(f"stage {stage} needs {path}, the output of stage {producer}; run `ltrr run` (or `ltrr {producer}`) first")
 
@@ -337,6 +368,15 @@ class Run:
         return training_inputs(self, stage)
 
     def texts(self) -> pd.DataFrame:
+        """The texts of every (query, arm) pair, for text-based routers.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per query of the dataset and arm of the pool: ``qid``, ``arm``,
+            ``arm_text`` (the arm's retrieved passages joined by newlines, ``""`` where it
+            retrieved none) and ``query_text`` (the question).
+        """
         results = pd.read_parquet(self.results_path)
         t = results.groupby(["qid", "arm"], sort=False)["text"].apply(lambda s: "\n".join(s)).rename("arm_text").reset_index()
         q = self.dataset.queries.set_index("qid")["question"]
@@ -369,6 +409,23 @@ class Run:
         return dict(given.get(ranker) or {})
 
     def make_router(self, name: str, ranker: str | None = None):
+        """A new, unfitted router for this run.
+
+        Parameters
+        ----------
+        name : str
+            A name in `ltrr.routers.routers`; ignored when ``ranker`` is given. The router gets
+            the run's seed as ``random_state`` and, if it takes an ``arm``, the pool's first
+            no-retrieval arm.
+        ranker : str or None
+            A ranker's name: an `ltrr.routers.ltr.LTRRouter` over it instead, with the run's
+            checked ``[train] params`` of that ranker (`train_params`), feature set and pool.
+
+        Raises
+        ------
+        ConfigError
+            For an unknown router name or bad ``[train] params``.
+        """
         from ltrr.routers import routers
 
         if ranker is not None:
@@ -401,18 +458,18 @@ class Run:
             self._reads = outer
 
     def fingerprint_of(self, stage: str) -> str | None:
+        """The input fingerprint ``stage``'s record holds, or None when it has no record.
+
+        Inside `records_read`, the stage's name is also collected.
+        """
         if self._reads is not None:
             self._reads.append(stage)
         rec = self.stage_record(stage)
         return json.loads(rec.read_text())["fingerprint"] if rec.exists() else None
 
     def train_fingerprint(self, ranker: str | None = None) -> str:
-        """The fingerprint of the train stage's inputs for ``ranker`` (default ``[train] ranker``)."""
-        ranker = ranker or self.config.train.ranker
-        return input_fingerprint({"label": self.fingerprint_of("label"), "features": self.fingerprint_of("features"),
-                                  "ranker": ranker, "params": self.config.train.params.get(ranker),
-                                  "defaults": ranker_defaults(ranker),
-                                  "feature_set": self.config.features.set, "seed": self.config.seed})
+        """The fingerprint of the train stage's inputs (`ltrr.pipeline.train.train_fingerprint`)."""
+        return train_fingerprint(self, ranker)
 
     def fit_ltr_router(self, ranker: str, raw, labels: pd.DataFrame, *, texts, stage: str,
                        where: str = "") -> tuple:
@@ -480,52 +537,9 @@ class Run:
 
     def stage_train(self, ranker: str | None = None, *, force: bool = False, part: str | None = None,
                     trained_on: str | None = None) -> Path:
-        """Fit an LTRRouter on every labelled query and save it to <workdir>/models/<ranker>.
-
-        ``ranker`` defaults to the config's ``[train] ranker``. It is named by the config, never
-        picked from the eval tables, which would choose it on test numbers. Skipped (and said)
-        when the labels, features, ranker parameters and seed are unchanged.
-
-        ``part="design"`` fits on the protocol's design part alone (`protocol_part`) and saves to
-        ``<workdir>/models/<ranker>-design``: a router held out from every test question, for
-        stages that route test questions (`ltrr context run`, which fits it when it is missing).
-
-        ``trained_on`` (``"dask"``: `ltrr train --scheduler`) marks the record: the model depends
-        on the workers' partitions, so a later local `ltrr train` fits again rather than keeping it.
-        """
-        from ltrr.routers.ltr import GENERATOR_FILE
-
-        ranker = ranker or self.config.train.ranker
-        labels, raw = self.training_inputs()
-        out = self.workdir / "models" / ranker
-        fp = self.train_fingerprint(ranker)
-        record = f"train-{ranker}"
-        if part is not None:
-            if part != "design":
-                raise ConfigError(f"--part must be 'design' (a router is never fitted on the test part alone), got {part!r}")
-            qids, source = self.protocol_part("design", labels=labels)
-            labels = labels[labels["qid"].isin(qids)]
-            if labels.empty:
-                raise DataError(f"no labelled query in {source}")
-            out = self.workdir / "models" / f"{ranker}-design"
-            fp = input_fingerprint({"train": fp, "part": "design", "qids": sorted(map(str, qids))})
-            record = f"train-{ranker}-design"
-        if not force and self.is_fresh(record, fp, [out / "router.json", out / GENERATOR_FILE]):
-            self.log(f"[train] skipped: inputs unchanged, router in {out}")
-            return out
-
-        texts = self.texts() if ranker_tags(ranker).needs_text else None
-        t0 = time.perf_counter()
-        self.log(f"[train] start: {ranker} on {labels['qid'].nunique()} labelled queries")
-        router, notes = self.fit_ltr_router(ranker, raw, labels, texts=texts, stage="train")
-        for note in notes:
-            self.log(f"[train] warning: {ranker}: {note}")
-        router.save(out, labelled_with=self.labelled_with())
-        dt = time.perf_counter() - t0
-        self.record(record, f"{fp}:{trained_on}" if trained_on else fp, dt, ranker=ranker,
-                    n_train_queries=router.n_train_queries_, **({"trained_on": trained_on} if trained_on else {}))
-        self.log(f"[train] {ranker} on {router.n_train_queries_} queries in {dt:.1f}s -> {out}")
-        return out
+        """Fit an LTRRouter on the labelled queries and save it (`ltrr.pipeline.train.train_stage`:
+        ``part="design"`` fits on the protocol's design part alone)."""
+        return train_stage(self, ranker, force=force, part=part, trained_on=trained_on)
 
     def example_question(self) -> str:
         """A question of the run's dataset, for the `ltrr route` line printed after training."""
@@ -543,61 +557,17 @@ class Run:
         return eval_stage(self, force=force)
 
     def retrieval_measures(self) -> list[str]:
-        """The ``[eval] retrieval_measures`` (default: nDCG@10, R@k at each arm's k, RR, P@1)."""
-        from ltrr.eval.retrieval import expand_measures, parse_measures
-
-        names = self.config.eval.retrieval_measures or None
-        ks = [a.k for a in self.pool.arms if not a.is_no_retrieval]
-        try:
-            out = expand_measures(names, ks)
-            parse_measures(out)
-        except LtrrError as exc:
-            raise type(exc)(f"[eval] retrieval_measures: {exc}") from None
-        return out
+        """The ``[eval] retrieval_measures`` (`ltrr.pipeline.ir.retrieval_measures`)."""
+        return retrieval_measures(self)
 
     def retrieval_report(self) -> dict[str, pd.DataFrame] | None:
-        """ir_measures tables per query type and arm (needs qrels), one per measure; written as
-        ``reports/retrieval.md`` and ``reports/retrieval.csv`` (long: measure, qtype, arm, value)."""
-        from ltrr.eval.retrieval import measure_tables
-
-        ds = self.dataset
-        if ds.qrels is None:
-            self.log("[report] the dataset has no qrels: no retrieval measures")
-            return None
-        results = pd.read_parquet(self.results_path)
-        arms = [a.name for a in self.pool.arms if not a.is_no_retrieval]  # closed book: nothing to measure
-        tables = measure_tables(results, ds.queries, ds.qrels, self.retrieval_measures(), arms=arms)
-        out = self.workdir / "reports"
-        long = pd.concat([t.rename_axis("qtype").reset_index().melt(id_vars="qtype", var_name="arm").assign(measure=m)
-                          for m, t in tables.items()], ignore_index=True)
-        write_text_atomic(out / "retrieval.csv", long[["measure", "qtype", "arm", "value"]].to_csv(index=False))
-        write_text_atomic(out / "retrieval.md", "".join(f"### {m}\n\n{markdown_table(t)}\n\n" for m, t in tables.items()))
-        return tables
+        """ir_measures tables per query type and arm (`ltrr.pipeline.ir.retrieval_report`)."""
+        return retrieval_report(self)
 
     def write_trec(self, folder: str | Path, *, router: str | Path | None = None) -> dict[str, Path]:
-        """Write the retrieve stage's run of every arm as ``folder/<arm>.trec`` (the arm as tag),
-        and the routed run of a trained router (``router``; default ``<workdir>/models/<[train]
-        ranker>`` when it is trained) as ``folder/routed-<ranker>.trec``. The runs are keyed by
-        the retrieve stage's fingerprint and the topics and qrels (``folder/runs.json``)."""
-        from ltrr.data.trec import RunKey, write_trec_runs
+        """Every arm's run, and a trained router's routed run, as TREC files (`ltrr.pipeline.ir.write_trec`)."""
+        return write_trec(self, folder, router=router)
 
-        self.need("trec", self.results_path, "retrieve")
-        results = pd.read_parquet(self.results_path)
-        runs = {arm: results[results["arm"] == arm] for arm in self.pool.arm_names
-                if not self.pool.arm(arm).is_no_retrieval}
-        default = self.workdir / "models" / self.config.train.ranker
-        folder_r = Path(router) if router else (default if (default / "router.json").is_file() else None)
-        if folder_r is not None:
-            from ltrr.eval.retrieval import route_batch, routed_results
-            from ltrr.routers.ltr import LTRRouter
-
-            model = LTRRouter.load(folder_r)
-            pool = self.pool.load(self.index_dir)
-            choice = route_batch(model, pool, self.dataset.queries[["qid", "question"]], results)
-            runs[f"routed-{model.ranker}"] = routed_results(results, choice.set_index("qid")["arm"])
-        key = RunKey.of(self.fingerprint_of("retrieve") or "", self.dataset.queries, self.dataset.qrels,
-                        self.config.data.dataset)
-        return write_trec_runs(runs, folder, key, log=self.log)
 
 def _read_meta(folder: Path) -> dict:
     p = folder / "meta.json"
