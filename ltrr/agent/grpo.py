@@ -139,6 +139,17 @@ class GRPOSpec:
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any], where: str = "[agent] grpo") -> GRPOSpec:
+        """Validate a config table into a `GRPOSpec` (`ltrr.agent.sft.spec_from_mapping`'s checks).
+
+        ``lora_targets`` may be a list of module names. Beyond the per-key checks, the adapter
+        settings must be usable, ``group_size`` at least 2, and ``micro_batch`` must divide
+        ``prompts_per_step * group_size``.
+
+        Raises
+        ------
+        ConfigError
+            Naming the key (``where``-prefixed) that is unknown or out of range.
+        """
         from ltrr.agent.lora import check_adapter_fields
         from ltrr.agent.sft import _joined_targets, spec_from_mapping
 
@@ -356,6 +367,7 @@ class EpochSampler:
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
+        """Set the pass (0 for the first) whose order the next iteration yields."""
         self.epoch = int(epoch)
 
     def __len__(self) -> int:

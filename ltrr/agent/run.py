@@ -66,6 +66,7 @@ def strengths(run, labels: pd.DataFrame, design: list[str]) -> dict[str, dict[st
 
 
 def gold_answers(run) -> dict[str, list[str]]:
+    """Qid (as a string) -> the reference answers of that query in the run's dataset."""
     q = run.dataset.queries
     return {str(i): [str(a) for a in ans] for i, ans in zip(q["qid"], q["answers"], strict=True)}
 

@@ -195,6 +195,17 @@ class SFTSpec:
 
     @classmethod
     def from_mapping(cls, d: dict, where: str = "[agent] sft") -> SFTSpec:
+        """Validate a config table into an `SFTSpec` (`spec_from_mapping`'s checks).
+
+        ``lora_targets`` may be a list of module names. Beyond the per-key checks, the adapter
+        settings must be usable, ``ties`` and ``arm_choice`` among their choices and
+        ``warmup_ratio`` below 1.
+
+        Raises
+        ------
+        ConfigError
+            Naming the key (``where``-prefixed) that is unknown or out of range.
+        """
         from ltrr.agent.lora import check_adapter_fields
 
         spec = spec_from_mapping(cls, _joined_targets(d), where, text=("ties", "arm_choice", "adapter", "lora_targets"),

@@ -137,9 +137,32 @@ class PoolEmbedder:
         self.source = source
 
     def passages(self, docids: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        """Passage embeddings, one row per docid: the source's vectors (``texts`` encode the rest).
+
+        Parameters
+        ----------
+        docids : sequence of str
+            The passages' document ids, looked up in the source's stored vectors.
+        texts : sequence of str
+            The passages' texts, one per docid, encoded for a docid the source has not stored.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(docids), dim)`` float64.
+        """
         return np.asarray(self.source.get([str(d) for d in docids], list(texts)), dtype=np.float64)
 
     def texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of other text (facts, plans, answers, goals) by the encoder's query side.
+
+        Each distinct text is encoded once per embedder and cached.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(texts), dim)`` float64, one row per text, in order.
+        """
         cache = self.__dict__.setdefault("_cache", {})
         missing = list(dict.fromkeys(t for t in texts if t not in cache))
         if missing:
@@ -326,6 +349,16 @@ class Agent:
         return res.answer if res.ok else None
 
     def act(self, ep: _Episode) -> None:  # pragma: no cover - abstract
+        """Take this agent's turn of the episode's current round.
+
+        Reads a context from the episode's memory (`read`), makes the agent's LLM call(s), and
+        writes what it produced into the memory and the episode's state. Subclasses implement it.
+
+        Parameters
+        ----------
+        ep : _Episode
+            The question being answered: its memory, round, turns and the loop's settings.
+        """
         raise NotImplementedError
 
 
@@ -335,6 +368,11 @@ class Planner(Agent):
     name, stage = "planner", "plan"
 
     def act(self, ep: _Episode) -> None:
+        """Plan the round: set ``ep.subquestions`` and write them as one ``plan`` item.
+
+        Notes that do not fit the model's window (or ``max_prompt_tokens``) are dropped from the
+        end, each counted in the turn's ``truncated``; a failed call plans the question itself.
+        """
         from ltrr.generation.prompts import count_prompt_tokens
 
         loop, n = ep.loop, ep.spec.max_subquestions
@@ -360,6 +398,11 @@ class Searcher(Agent):
     name, stage = "searcher", "search"
 
     def act(self, ep: _Episode) -> None:
+        """Route each sub-question, write its passages, then its answer as a ``fact`` item.
+
+        The chosen arm of each sub-question is appended to ``ep.arms``; a failed answer writes no
+        fact.
+        """
         for j, subq in enumerate(ep.subquestions):
             arm, docs = ep.route(subq)
             ep.arms.append(arm)
@@ -379,6 +422,10 @@ class Answerer(Agent):
     name, stage = "answerer", "answer"
 
     def act(self, ep: _Episode) -> None:
+        """Answer the question: set ``ep.answer`` and ``ep.error``, and write a ``message`` item.
+
+        A failed call leaves ``ep.answer`` None and writes nothing.
+        """
         chosen, turn = self.read(ep, ep.question)
         ep.answer = self.respond(ep, ep.question, chosen, turn)
         ep.error = turn.error

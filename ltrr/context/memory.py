@@ -39,6 +39,13 @@ class Memory:
         return len(self.items)
 
     def add(self, item: MemoryItem) -> None:
+        """Append one item as it is: no near-duplicate check, no replacement (see `update`).
+
+        Raises
+        ------
+        DataError
+            When the memory already has an item with the same ``id``.
+        """
         if any(it.id == item.id for it in self.items):
             raise DataError(f"memory already has an item with id {item.id!r}")
         self.items.append(item)
@@ -87,6 +94,10 @@ class Memory:
 
     # ---- YAML --------------------------------------------------------------------------------
     def to_yaml(self) -> str:
+        """The memory as YAML: ``token_source``, the items (their ``to_dict``) and the log.
+
+        `from_yaml` reads it back.
+        """
         import yaml
 
         return yaml.safe_dump({"token_source": self.token_source, "items": [it.to_dict() for it in self.items],

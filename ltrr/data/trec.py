@@ -296,6 +296,7 @@ class RunKey:
 
     @classmethod
     def of(cls, config: str, queries: pd.DataFrame, qrels: pd.DataFrame | None, dataset: str = "") -> RunKey:
+        """A run's key: ``config`` as given, ``queries`` and ``qrels`` as their `table_digest`."""
         return cls(config=config, topics=table_digest(queries, ["qid", "question"]),
                    qrels=None if qrels is None else table_digest(qrels, ["qid", "docid", "relevance"]),
                    dataset=str(dataset))

@@ -37,6 +37,7 @@ def dask_training(client) -> Iterator[None]:
 
 
 def active_client():
+    """The Dask client of the innermost enclosing `dask_training` block, or None outside one."""
     return _CLIENT.get()
 
 

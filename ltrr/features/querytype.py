@@ -324,6 +324,15 @@ class EmbeddingQueryTypeClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def decision_function(self, X, *, embeddings: np.ndarray | None = None) -> np.ndarray:
+        """Signed score per query: the logistic regression's logit, > 0 for a question.
+
+        ``embeddings`` (one row per query) skips encoding when they are already at hand.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before `fit`.
+        """
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self)

@@ -156,6 +156,7 @@ class FeatureSpec:
         return spec
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as a mapping in `from_dict`'s layout (the shipped TOML files' keys)."""
         return {
             "name": self.name,
             "version": self.version,

@@ -75,6 +75,7 @@ class DecodingParams:
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready mapping (``stop`` as a list), as the cache key holds them."""
         d = asdict(self)
         d["stop"] = list(self.stop)
         return d

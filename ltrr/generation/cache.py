@@ -159,6 +159,11 @@ class GenerationCache:
         )
 
     def close(self) -> None:
+        """Close this process's connection; the next use of the cache opens a new one.
+
+        A connection inherited across a fork is dropped without being closed: it belongs to the
+        parent process.
+        """
         if self._conn is not None and self._pid == os.getpid():
             self._conn.close()
         self._conn = None
@@ -490,6 +495,7 @@ class CachedGenerator(GeneratorWrapper):
         return {"hits": self.hits, "misses": self.misses, "generator_calls": self.generator_calls}
 
     def reset_counters(self) -> None:
+        """Set ``hits``, ``misses`` and ``generator_calls`` back to 0."""
         self.hits = self.misses = self.generator_calls = 0
 
     def score(

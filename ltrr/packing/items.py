@@ -62,5 +62,6 @@ class MemoryItem:
             raise DataError(f"memory item {self.id!r}: round must be an integer >= 0, got {self.round!r}")
 
     def to_dict(self) -> dict:
+        """The fields as a plain mapping, those that are None (``embedding``, ``key``) left out."""
         d = asdict(self)
         return {k: v for k, v in d.items() if v is not None}

@@ -120,6 +120,7 @@ class PackSpec:
         return cls(**kw)
 
     def to_dict(self) -> dict:
+        """Every setting as a plain mapping: ``weights`` as a table, ``arms`` as a list."""
         return {"budget": self.budget, "top_m": self.top_m, "depth": self.depth, "selector": self.selector,
                 "prior": self.prior, "weights": {k: getattr(self.weights, k) for k in _WEIGHT_KEYS},
                 "arms": list(self.arms)}

@@ -47,6 +47,7 @@ class Role:
     budget_offset: int = 0
 
     def priority(self, stage: str, kind: str) -> float:
+        """The priority in [0, 1] of items of ``kind`` at task ``stage``; 0 when not listed."""
         return float(self.priorities.get(stage, {}).get(kind, 0.0))
 
 
@@ -70,6 +71,20 @@ DEFAULT_ROLES = {
 
 
 def role_by_name(name: str, roles: dict | None = None) -> Role:
+    """The role called ``name`` (case-insensitive) in ``roles``.
+
+    Parameters
+    ----------
+    name : str
+        A role's name, looked up lower-cased.
+    roles : dict or None
+        Lower-case name -> `Role`; None (or empty) means `DEFAULT_ROLES`.
+
+    Raises
+    ------
+    ConfigError
+        When no role has that name; the message lists the roles.
+    """
     roles = roles or DEFAULT_ROLES
     key = name.lower()
     if key not in roles:

@@ -178,6 +178,7 @@ class Strategy:
     one_round: bool = False
 
     def rounds(self, rounds: int) -> int:
+        """The rounds the loop runs under this strategy: 1 if ``one_round``, else ``rounds``."""
         return 1 if self.one_round else int(rounds)
 
     def choose(self, items: Sequence[MemoryItem], *, role: Role, stage: str, budget: int | None, round: int,

@@ -91,6 +91,7 @@ class Stage:
         return None if self.inputs is None else self.inputs(run)
 
     def record_name(self, run: Run) -> str:
+        """The name of the stage's record in ``run``: ``record(run)``, or the stage's name."""
         return self.name if self.record is None else self.record(run)
 
     def is_fresh(self, run: Run, fingerprint: str | None = None) -> bool:
@@ -104,6 +105,7 @@ class Stage:
         return run.is_fresh(self.record_name(run), fp, self.outputs(run))
 
     def is_configured(self, run: Run) -> bool:
+        """Whether ``run``'s config asks for this stage (always, when ``configured`` is None)."""
         return True if self.configured is None else bool(self.configured(run))
 
 

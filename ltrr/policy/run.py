@@ -113,6 +113,10 @@ def _set_policy(run, **changes) -> None:
 
 
 def policy_dir(run, budget: float, representation: str, trainer: str) -> Path:
+    """``<workdir>/policies/<representation>-<trainer>-B<budget>``: where `train_policy` saves.
+
+    The budget is written with ``:g`` (``B2.5``, ``B10``).
+    """
     return run.workdir / "policies" / f"{representation}-{trainer}-B{budget:g}"
 
 

@@ -76,6 +76,7 @@ class Arm:
         return self.k if self.reranker == "none" else max(self.depth, self.k)
 
     def to_dict(self) -> dict[str, Any]:
+        """The arm as a config mapping (no retrieval as ``"none"``; no ``pack`` key when None)."""
         d = asdict(self)
         d["retriever"] = d["retriever"] or NO_RETRIEVAL
         if d["pack"] is None:

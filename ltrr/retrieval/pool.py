@@ -363,6 +363,7 @@ class Pool:
         return {a.name: float(a.cost or 0.0) for a in self.arms}
 
     def arm(self, name: str) -> Arm:
+        """The arm called ``name``; an unknown name is a `ConfigError` listing the pool's arms."""
         for a in self.arms:
             if a.name == name:
                 return a

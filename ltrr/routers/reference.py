@@ -35,6 +35,15 @@ def utility_frame(labels: pd.DataFrame, value: str = "utility") -> pd.DataFrame:
 
 
 def score_frame(table: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
+    """A router's scores as a (qid, arm, score) frame, one row per row of ``table``.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The routing table (`routing_table`); its ``qid`` and ``arm`` become strings.
+    score : array-like
+        One score per row of ``table``, in its order (cast to float).
+    """
     return pd.DataFrame({"qid": table["qid"].astype(str).to_numpy(), "arm": table["arm"].astype(str).to_numpy(),
                          "score": np.asarray(score, dtype=float)})
 

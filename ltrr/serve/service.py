@@ -98,6 +98,13 @@ class RoutedRAG:
         return out
 
     def check_model(self, model: str) -> str:
+        """Return ``model`` when it is one of `models`' names.
+
+        Raises
+        ------
+        DataError
+            For any other name; the message lists the known models.
+        """
         known = [m["id"] for m in self.models()]
         if model not in known:
             raise DataError(f"unknown model {model!r}; known models: {', '.join(known)}")
@@ -158,4 +165,5 @@ class RoutedRAG:
         getattr(self.generator, "context_length", None)  # a transformers backend loads its model here
 
     def describe(self) -> str:
+        """One line of JSON: the model names and the generator's identity (``"?"`` if none)."""
         return json.dumps({"models": [m["id"] for m in self.models()], "generator": getattr(self.generator, "identity", "?")})
