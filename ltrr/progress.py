@@ -60,6 +60,11 @@ class StageProgress:
     rest); leaving it by an exception (a crash, Ctrl-C) writes a last snapshot marked ``stopped``
     with the exception's class, and keeps it.
 
+    The file holds one process's snapshot. A process that finds another live process's
+    ``running`` snapshot there (a second ``ltrr label`` of the workdir, ``--cache-only`` beside a
+    long run) leaves it alone and writes none of its own, so ``ltrr status`` keeps following the
+    first; and a process removes or marks only a snapshot that is still its own.
+
     Parameters
     ----------
     path : path
@@ -85,16 +90,26 @@ class StageProgress:
         self.started = clock()
         self._written = float("-inf")
         self._seen: deque[tuple[float, int]] = deque()
+        self._quiet = False  # another live process's snapshot is in the file: write none
 
     def __enter__(self) -> StageProgress:
+        other = read_progress(self.path)
+        self._quiet = bool(other and other.get("state") == "running" and not self._mine(other)
+                           and _alive(other) is True)  # on this host and alive; another host: overwritten, as before
         self._write("running")
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
+        if self._quiet or not self._mine(read_progress(self.path)):
+            return  # another process's snapshot (or none): not this one's to remove or mark
         if kind is None:
             self.path.unlink(missing_ok=True)
         else:
             self._write("stopped", reason=kind.__name__)
+
+    @staticmethod
+    def _mine(doc: dict | None) -> bool:
+        return bool(doc) and doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname()
 
     def update(self, n: int = 1) -> None:
         """Count ``n`` more items done; write a snapshot if ``every_s`` has passed since the last."""
@@ -103,6 +118,8 @@ class StageProgress:
             self._write("running")
 
     def _write(self, state: str, **extra: Any) -> None:
+        if self._quiet:
+            return
         now = self.clock()
         self._seen.append((now, self.done))
         while len(self._seen) > 2 and now - self._seen[1][0] >= _WINDOW_S:

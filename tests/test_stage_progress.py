@@ -95,3 +95,27 @@ def test_an_unreadable_snapshot_is_no_snapshot(tmp_path, text):
 
 def test_the_snapshot_sits_beside_its_stage_record(tmp_path):
     assert progress_path(tmp_path / "stages" / "label.json") == tmp_path / "stages" / "label.progress.json"
+
+
+def test_a_second_process_leaves_a_live_process_snapshot_alone(tmp_path):
+    """A second ``ltrr label`` of the workdir (``--cache-only`` beside a long run) neither
+    overwrites nor removes the long run's ``running`` snapshot, so ``ltrr status`` keeps following
+    it; a dead process's snapshot, or another host's, is overwritten and removed as before."""
+    path = tmp_path / "stages" / "label.progress.json"
+    path.parent.mkdir(parents=True)
+    live = {"fingerprint": "fp", "phase": "label", "state": "running", "done": 7, "total": 100, "updated": 1.0,
+            "started": 0.0, "pid": os.getppid(), "host": socket.gethostname()}  # the parent: alive, not us
+    path.write_text(json.dumps(live))
+    with StageProgress(path, fingerprint="fp", phase="label", total=3, every_s=0) as p:
+        p.update(3)
+        assert json.loads(path.read_text()) == live
+    assert json.loads(path.read_text()) == live  # not this process's to remove
+    with pytest.raises(RuntimeError), StageProgress(path, fingerprint="fp", phase="label", total=3, every_s=0):
+        raise RuntimeError("boom")
+    assert json.loads(path.read_text()) == live  # nor to mark stopped
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for other in ({**live, "pid": int(dead.stdout)}, {**live, "host": "elsewhere"}):
+        path.write_text(json.dumps(other))
+        with StageProgress(path, fingerprint="fp", phase="label", total=3, every_s=0) as p:
+            assert read_progress(path)["pid"] == os.getpid()
+        assert not path.exists()
