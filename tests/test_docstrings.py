@@ -5,7 +5,9 @@ checked in the module that defines it), in a module with no private part in its 
 A function or class needs its own docstring (a dataclass's generated signature is not one); a
 public method defined in a class body, classmethods and staticmethods included, needs one of its
 own or one it inherits from the method it overrides (`inspect.getdoc`), so an override with the
-same contract may stay bare. Properties are not methods and are not checked.
+same contract may stay bare. A public property (``property`` or ``functools.cached_property``)
+defined in a class body is checked the same way: its docstring is its getter's, its own or one
+inherited from the property it overrides.
 
 A module that cannot be imported because an optional extra is not installed (a missing
 third-party module, or ltrr's `MissingDependencyError`) is not checked, and is named in a
@@ -15,6 +17,7 @@ warning; any other import error fails the test, so a broken module is never skip
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -72,8 +75,33 @@ def _public_methods(cls: type) -> list[str]:
     ]
 
 
+_PROPERTIES = (property, functools.cached_property)
+
+
+def _public_properties(cls: type) -> list[str]:
+    return [name for name, member in vars(cls).items()
+            if not name.startswith("_") and isinstance(member, _PROPERTIES)]
+
+
+def _property_doc(cls: type, name: str) -> str | None:
+    """``cls.name``'s docstring, its own or the one of the property it overrides.
+
+    `inspect.getdoc` finds a `property`'s inherited docstring, not a `functools.cached_property`'s
+    (Python 3.11), so the MRO is walked for any property the first look finds bare.
+    """
+    doc = inspect.getdoc(getattr(cls, name))
+    if doc:
+        return doc
+    for klass in cls.__mro__:
+        member = vars(klass).get(name)
+        if isinstance(member, _PROPERTIES) and member.__doc__ and member.__doc__.strip():
+            return inspect.cleandoc(member.__doc__)
+    return None
+
+
 def undocumented(module: types.ModuleType) -> list[str]:
-    """Dotted names of ``module``'s public functions, classes and methods with no docstring."""
+    """Dotted names of ``module``'s public functions, classes, methods and properties with no
+    docstring."""
     missing = []
     for attr in getattr(module, "__all__", ()):
         obj = getattr(module, attr, None)
@@ -87,6 +115,8 @@ def undocumented(module: types.ModuleType) -> list[str]:
                 missing.append(where)
             missing += [f"{where}.{m}" for m in _public_methods(obj)
                         if not inspect.getdoc(getattr(obj, m))]
+            missing += [f"{where}.{p}" for p in _public_properties(obj)
+                        if not _property_doc(obj, p)]
         elif not inspect.getdoc(obj):
             missing.append(where)
     return missing
@@ -106,6 +136,7 @@ def test_every_public_name_has_a_docstring():
 
 _SAMPLE = '''
 import dataclasses
+import functools
 
 __all__ = ["Base", "Child", "Bare", "Record", "documented", "bare", "imported"]
 
@@ -120,6 +151,16 @@ class Base:
 
     def stop(self):
         """Stop."""
+
+    @property
+    def size(self):
+        """Size."""
+        return 0
+
+    @functools.cached_property
+    def table(self):
+        """Table."""
+        return {}
 
 
 class Child(Base):
@@ -141,6 +182,26 @@ class Child(Base):
 
     def _private(self):
         return 3
+
+    @property
+    def size(self):
+        return 1
+
+    @functools.cached_property
+    def table(self):
+        return {"a": 1}
+
+    @property
+    def bare_property(self):
+        return 4
+
+    @functools.cached_property
+    def bare_cached(self):
+        return 5
+
+    @property
+    def _hidden(self):
+        return 6
 
 
 class Bare(Base):
@@ -172,6 +233,8 @@ def test_undocumented_finds_each_kind_of_gap(monkeypatch):
     assert undocumented(module) == [
         "ltrr_docstring_sample.Child.extra",
         "ltrr_docstring_sample.Child.make",
+        "ltrr_docstring_sample.Child.bare_property",
+        "ltrr_docstring_sample.Child.bare_cached",
         "ltrr_docstring_sample.Bare",
         "ltrr_docstring_sample.Record",
         "ltrr_docstring_sample.bare",

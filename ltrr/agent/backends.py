@@ -129,6 +129,7 @@ class TransformersLM(_GeneratorLM):
 
     @property
     def tokenizer(self) -> Any:
+        """Its generator's Hugging Face tokenizer (`ltrr.generation.TransformersGenerator`)."""
         return self.generator.tokenizer
 
     @property

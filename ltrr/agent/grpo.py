@@ -165,6 +165,7 @@ class GRPOSpec:
 
     @property
     def rollouts_per_step(self) -> int:
+        """Rollouts per optimiser step: ``prompts_per_step * group_size``."""
         return self.prompts_per_step * self.group_size
 
 

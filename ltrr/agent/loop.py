@@ -315,10 +315,12 @@ class AgentLoop:
 
     @property
     def arm_names(self) -> list[str]:
+        """The names of ``arms``, in order (an arm's ``name``, a mapping's ``"name"``, a str)."""
         return self._names(self.arms)
 
     @property
     def counters(self) -> dict[str, int]:
+        """``hits`` and ``misses`` by name: continuations from the cache, and from the model."""
         return {"hits": self.hits, "misses": self.misses}
 
     def _validate(self) -> None:

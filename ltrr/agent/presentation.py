@@ -130,6 +130,7 @@ class ArmView:
 
     @property
     def renamed(self) -> bool:
+        """Whether the prompt shows some arm under a name other than its own."""
         return self.shown_names != self.arms
 
     def shown_name(self, arm: str) -> str:

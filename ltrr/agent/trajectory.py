@@ -168,10 +168,12 @@ class Trajectory:
 
     @property
     def model_tokens(self) -> int:
+        """Tokens of the ``model`` turns: what the policy wrote."""
         return sum(t.n_tokens for t in self.turns if t.role == "model")
 
     @property
     def injected_tokens(self) -> int:
+        """Tokens of the ``injected`` turns (``<information>`` blocks, the final instruction)."""
         return sum(t.n_tokens for t in self.turns if t.role == "injected")
 
     @property
@@ -188,6 +190,7 @@ class Trajectory:
 
     @property
     def response_mask(self) -> list[int]:
+        """``mask`` after the prompt, aligned with `response_ids` (token-level backends)."""
         return self.mask[self.prompt_tokens:]
 
     def labels(self, ignore_index: int = -100) -> list[int]:

@@ -70,10 +70,12 @@ class Split:
 
     @property
     def n_train(self) -> int:
+        """How many query ids ``train`` holds."""
         return len(self.train)
 
     @property
     def n_test(self) -> int:
+        """How many query ids ``test`` holds."""
         return len(self.test)
 
     def to_dict(self) -> dict:

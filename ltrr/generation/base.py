@@ -100,6 +100,7 @@ class Generation:
 
     @property
     def ok(self) -> bool:
+        """Whether the completion succeeded (``error`` is None)."""
         return self.error is None
 
 
@@ -165,10 +166,12 @@ class WrapsGenerator:
 
     @property
     def identity(self) -> str:
+        """The wrapped generator's `identity`."""
         return self.generator.identity
 
     @property
     def context_length(self) -> int:
+        """The wrapped generator's `context_length`."""
         return self.generator.context_length
 
 

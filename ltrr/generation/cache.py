@@ -110,6 +110,7 @@ class GenerationCache:
 
     @property
     def conn(self) -> sqlite3.Connection:
+        """This process's WAL-mode connection, opened on first use (and again after a fork)."""
         if self._conn is None or self._pid != os.getpid():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             deadline = time.monotonic() + self.timeout
@@ -176,6 +177,7 @@ class GenerationCache:
 
     @property
     def journal_mode(self) -> str:
+        """The file's journal mode as SQLite reports it (``"wal"``: `conn` accepts no other)."""
         return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
@@ -492,6 +494,7 @@ class CachedGenerator(GeneratorWrapper):
 
     @property
     def counters(self) -> dict[str, int]:
+        """``hits``, ``misses`` and ``generator_calls`` by name."""
         return {"hits": self.hits, "misses": self.misses, "generator_calls": self.generator_calls}
 
     def reset_counters(self) -> None:

@@ -244,6 +244,7 @@ class LlamaCppGenerator(Generator):
 
     @property
     def model_path(self) -> Path:
+        """The ``.gguf`` file the model resolved to (a packaged model's assembled file)."""
         return self._path
 
     @property

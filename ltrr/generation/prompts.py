@@ -112,6 +112,7 @@ class PromptBuild:
 
     @property
     def truncated(self) -> bool:
+        """Whether a passage was dropped or trimmed to fit the budget."""
         return self.n_truncated_passages > 0
 
 
@@ -325,22 +326,27 @@ class AnswerResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the item succeeded (``error`` is None), so that its ``answer`` may be scored."""
         return self.error is None
 
     @property
     def n_truncated_passages(self) -> int:
+        """Passages of ``prompt`` dropped or trimmed to fit the budget (0 without a prompt)."""
         return self.prompt.n_truncated_passages if self.prompt else 0
 
     @property
     def prompt_tokens(self) -> int:
+        """Prompt tokens of every generation, the fallback's included."""
         return sum(g.prompt_tokens for g in self.generations)
 
     @property
     def completion_tokens(self) -> int:
+        """Completion tokens of every generation, the fallback's included."""
         return sum(g.completion_tokens for g in self.generations)
 
     @property
     def cached(self) -> bool:
+        """Whether every generation came from the cache (False when there is none)."""
         return bool(self.generations) and all(g.cached for g in self.generations)
 
 

@@ -102,6 +102,7 @@ class PromptTemplate:
 
     @property
     def identity(self) -> str:
+        """``<name>@<version>``: the template that labels record."""
         return f"{self.name}@{self.version}"
 
     def default_params(self, **overrides: Any) -> DecodingParams:

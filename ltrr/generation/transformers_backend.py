@@ -216,6 +216,7 @@ class TransformersGenerator(Generator):
 
     @property
     def weights_path(self) -> Path:
+        """The weights the model resolved to: a ``.gguf`` file, or a Hugging Face model folder."""
         return self._folder / self._gguf_file if self._gguf_file else self._folder
 
     @property
@@ -290,10 +291,12 @@ class TransformersGenerator(Generator):
 
     @property
     def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer, loaded with the model on first use (once per process)."""
         return self._loaded()[0]
 
     @property
     def hf_model(self) -> Any:
+        """The Hugging Face causal LM on ``device``, loaded on first use (once per process)."""
         return self._loaded()[1]
 
     @property

@@ -20,21 +20,36 @@ class RunContext(Protocol):
     log: Callable[[str], None]
 
     @property
-    def workdir(self) -> Path: ...
+    def workdir(self) -> Path:
+        """The run's folder; see `ltrr.pipeline.Run.workdir`."""
+
     @property
-    def dataset(self) -> Any: ...
+    def dataset(self) -> Any:
+        """The run's dataset; see `ltrr.pipeline.Run.dataset`."""
+
     @property
-    def pool(self) -> Any: ...
+    def pool(self) -> Any:
+        """The run's retrieval pool; see `ltrr.pipeline.Run.pool`."""
+
     @property
-    def results_path(self) -> Path: ...
+    def results_path(self) -> Path:
+        """The retrieve stage's results table; see `ltrr.pipeline.Run.results_path`."""
+
     @property
-    def labels_dir(self) -> Path: ...
+    def labels_dir(self) -> Path:
+        """The label stage's folder; see `ltrr.pipeline.Run.labels_dir`."""
+
     @property
-    def cache_path(self) -> Path: ...
+    def cache_path(self) -> Path:
+        """The generation cache's file; see `ltrr.pipeline.Run.cache_path`."""
+
     @property
-    def features_dir(self) -> Path: ...
+    def features_dir(self) -> Path:
+        """The features stage's folder; see `ltrr.pipeline.Run.features_dir`."""
+
     @property
-    def index_dir(self) -> Path: ...
+    def index_dir(self) -> Path:
+        """The folder of the dataset's indexes; see `ltrr.pipeline.Run.index_dir`."""
 
     def make_generator(self, *, use_cache: bool | None = None) -> Any:
         """The run's generator in its cache; see `ltrr.pipeline.Run.make_generator`."""
@@ -55,7 +70,8 @@ class RunContext(Protocol):
         """The fingerprint ``stage``'s record holds; see `ltrr.pipeline.Run.fingerprint_of`."""
 
     @property
-    def reports_dir(self) -> Path: ...
+    def reports_dir(self) -> Path:
+        """The reports' folder; see `ltrr.pipeline.Run.reports_dir`."""
 
     def training_inputs(self, stage: str = "train") -> tuple[Any, Any]:
         """The labels and raw feature tables; see `ltrr.pipeline.Run.training_inputs`."""

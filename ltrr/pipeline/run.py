@@ -80,10 +80,14 @@ class Run:
     # ---- paths ---------------------------------------------------------------------------
     @property
     def workdir(self) -> Path:
+        """The run's folder, `ltrr.config.Config.workdir`: ``[run] workdir`` or ``runs/<name>``."""
         return self.config.workdir
 
     @property
     def dataset_path(self) -> Path:
+        """``[data] dataset`` as a path when it exists or holds a ``/``, else
+        ``<data root>/built/<dataset>``; for an ir_datasets id, ``<data root>/irds/<slug>``, which
+        is no folder but names its indexes' folder (`index_dir`)."""
         ds = self.config.data.dataset
         if is_irds(ds):  # no folder: the name of its indexes' folder
             return data_root() / "irds" / irds_slug(ds)
@@ -102,6 +106,7 @@ class Run:
 
     @property
     def results_path(self) -> Path:
+        """``<workdir>/retrieval/results.parquet``: every arm's passages for every query."""
         return self.workdir / "retrieval" / "results.parquet"
 
     def stage_record(self, stage: str) -> Path:
@@ -152,6 +157,8 @@ class Run:
     # ---- inputs --------------------------------------------------------------------------
     @property
     def dataset(self) -> Dataset:
+        """The dataset, loaded once: ``[data] answers`` attached, ``exclude_qtypes`` left out and
+        ``max_queries`` sampled (as many of each query type, seeded with the run's seed)."""
         if self._dataset is None:
             name, answers = self.config.data.dataset, self.config.data.answers or None
             if is_irds(name):
@@ -181,6 +188,7 @@ class Run:
 
     @property
     def pool(self):
+        """The configured `ltrr.retrieval.Pool`, made on first use (its indexes are not loaded)."""
         if self._pool is None:
             from ltrr.retrieval import Pool
 
@@ -288,10 +296,13 @@ class Run:
 
     @property
     def labels_dir(self) -> Path:
+        """``<workdir>/labels``: the label stage's tables."""
         return self.workdir / "labels"
 
     @property
     def cache_path(self) -> Path:
+        """The generation cache's file: ``[generation] cache``, or
+        ``<data root>/cache/generations.sqlite`` (`ltrr.data.io.default_generation_cache`)."""
         return Path(self.config.generation.cache or default_generation_cache())
 
     def make_generator(self, *, use_cache: bool | None = None):
@@ -330,10 +341,12 @@ class Run:
 
     @property
     def features_dir(self) -> Path:
+        """``features/<run name>`` in the current folder (not the workdir): the feature tables."""
         return Path("features") / self.config.name
 
     @property
     def reports_dir(self) -> Path:
+        """``<workdir>/reports``: the eval stage's reports and plots, and the retrieval report."""
         return self.workdir / "reports"
 
     def no_retrieval_arms(self) -> list[str]:

@@ -64,10 +64,12 @@ class Arm:
 
     @property
     def is_no_retrieval(self) -> bool:
+        """Whether this is a no-retrieval arm (no retriever: the model answers unaided)."""
         return self.retriever is None
 
     @property
     def is_packed(self) -> bool:
+        """Whether this is a packed arm (retriever ``"packed"``, settings in ``pack``)."""
         return self.retriever == PACKED
 
     @property

@@ -320,6 +320,7 @@ class Retriever(BaseEstimator, ABC):
     # ---- building and searching --------------------------------------------------------
     @property
     def is_built(self) -> bool:
+        """Whether it holds an index (`index` ran, or `load` made it)."""
         return hasattr(self, "docids_")
 
     def _check_built(self) -> None:
@@ -328,6 +329,7 @@ class Retriever(BaseEstimator, ABC):
 
     @property
     def n_docs(self) -> int:
+        """Documents in the index; `NotBuiltError` when there is none."""
         self._check_built()
         return len(self.docids_)
 

@@ -242,6 +242,7 @@ class DenseRetriever(Retriever):
 
     @property
     def dim(self) -> int:
+        """The dimension of the stored embeddings; `NotBuiltError` when there is no index."""
         self._check_built()
         return int(self.embeddings_.shape[1])
 

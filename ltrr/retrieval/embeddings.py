@@ -49,6 +49,7 @@ class EmbeddingSource:
 
     @property
     def encoder_name(self) -> str:
+        """The encoder of new documents: the retriever's ``encoder``, else ``encoder``."""
         return self.retriever.encoder if self.retriever is not None else self.encoder
 
     def _stored_rows(self) -> dict[str, int]:

@@ -85,8 +85,7 @@ def _corpus_sha256(corpus: pd.DataFrame) -> str:
 
 
 def _check_case_unique(where: str, name: str, taken, kind: str, files: str) -> None:
-    """A `ConfigError` when ``name`` differs from a name in ``taken`` only in case: on a
-    case-insensitive file system (macOS's and Windows' defaults) their ``files`` would be one."""
+    """A `ConfigError` when ``name`` differs from one in ``taken`` only in case (one file on macOS)."""
     other = next((t for t in taken if t != name and t.casefold() == name.casefold()), None)
     if other is not None:
         raise ConfigError(f"{where}: {kind} name {name!r} differs from {other!r} only in case; their {files} "
@@ -356,10 +355,12 @@ class Pool:
     # ---- names and costs ---------------------------------------------------------------
     @property
     def arm_names(self) -> list[str]:
+        """The arms' names, in pool order."""
         return [a.name for a in self.arms]
 
     @property
     def costs(self) -> dict[str, float]:
+        """Arm name -> relative cost (`Arm.cost`), in pool order."""
         return {a.name: float(a.cost or 0.0) for a in self.arms}
 
     def arm(self, name: str) -> Arm:

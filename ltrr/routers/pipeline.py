@@ -101,6 +101,7 @@ class RoutedPipeline:
     # ---- steps ----------------------------------------------------------------------------------
     @property
     def no_retrieval(self) -> list[str]:
+        """The names of the pool's no-retrieval arms."""
         return [a.name for a in self.pool.arms if a.is_no_retrieval]
 
     def search(self, question: str) -> pd.DataFrame:
