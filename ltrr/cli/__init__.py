@@ -203,15 +203,9 @@ def cmd_route(args: argparse.Namespace) -> int:
 
             packing = PackSpec.from_mapping({"budget": args.token_budget}, "--token-budget")
         generator, template = None, None  # default: the generator the router's labels measured
-        if args.config:  # the config's generator, behind its generation cache, and its packing
-            from ltrr.config import load_config
-            from ltrr.packing import packing_from_config
-            from ltrr.pipeline import Run
-
-            run = Run(load_config(args.config), log=_log)
-            generator, template = run.make_generator(), run.config.generation.template
-            if packing is None:  # --token-budget wins over the config's context_budget
-                packing = packing_from_config(run.config.generation, run.config.context)
+        if args.config:
+            generator, template, configured = _answering_setup(args.config)
+            packing = packing if packing is not None else configured  # --token-budget wins over the config's context_budget
         out = router.answer(args.question, generator, template=template, packing=packing)
         ranking = out["ranking"]
     else:
@@ -230,6 +224,19 @@ def cmd_route(args: argparse.Namespace) -> int:
     return 0
 
 
+def _answering_setup(config: str):
+    """A config's answering setup, as ``ltrr route --config`` and ``ltrr serve --config`` take it:
+    its generator behind its generation cache, its template, and its context packing (None
+    without ``[generation] context_budget``)."""
+    from ltrr.config import load_config
+    from ltrr.packing import packing_from_config
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(config), log=_log)
+    return (run.make_generator(), run.config.generation.template,
+            packing_from_config(run.config.generation, run.config.context))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ltrr.serve import ServeSettings, check_address, serve
 
@@ -239,14 +246,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = ServeSettings(**{k: v for k, v in limits.items() if v is not None})
     check_address(args.host, args.port)
     generator, template, packing = None, None, None  # default: the generator the router's labels measured
-    if args.config:  # the run's generator, behind its generation cache, and its context packing
-        from ltrr.config import load_config
-        from ltrr.packing import packing_from_config
-        from ltrr.pipeline import Run
-
-        run = Run(load_config(args.config), log=_log)
-        generator, template = run.make_generator(), run.config.generation.template
-        packing = packing_from_config(run.config.generation, run.config.context)
+    if args.config:
+        generator, template, packing = _answering_setup(args.config)
     _log(f"[serve] loading {args.model_dir}; listening on http://{args.host}:{args.port}/v1")
     serve(args.model_dir, host=args.host, port=args.port, generator=generator, template=template, packing=packing,
           settings=settings)

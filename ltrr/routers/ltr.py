@@ -295,7 +295,7 @@ class LTRRouter(Router):
         ``ltrr serve --config``). Local backends (``llama_cpp``, ``transformers``) run here.
         """
         from ltrr.data.io import default_generation_cache
-        from ltrr.generation import check_generator_options, make_generator
+        from ltrr.generation import check_generator_options
         from ltrr.generation.cache import CachedGenerator, GenerationCache
 
         settings = dict((getattr(self, "labelled_with_", None) or {}).get("generation") or {})
@@ -308,7 +308,7 @@ class LTRRouter(Router):
                 f"{options.get('base_url', 'its default endpoint')!r} (key from ${key}); a saved folder does not "
                 "choose where questions, passages and a key are sent: give the generator yourself "
                 "(`--config CONFIG` with that [generation]), or allow_remote=True after checking it")
-        return CachedGenerator(make_generator(settings), GenerationCache(cache or default_generation_cache()))
+        return CachedGenerator(cls(**options), GenerationCache(cache or default_generation_cache()))  # as make_generator
 
     # ---- persistence ---------------------------------------------------------------------
     def save(self, path: str | Path, *, labelled_with: dict | None = None) -> Path:
