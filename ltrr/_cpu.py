@@ -69,7 +69,7 @@ from collections.abc import Iterator
 from ltrr._errors import ConfigError
 
 __all__ = ["pin_cpu_kernels", "kernel_mode", "cpu_kernels", "numeric_kernels", "unpinned_note", "machine_record", "has_avx2",
-           "one_blas_thread"]
+           "one_blas_thread", "cpu_vendor", "reproducibility_note"]
 
 #: library (the module whose loading reads the variables) -> the variables that pin its kernels
 _PINS: dict[str, dict[str, str]] = {
@@ -273,7 +273,7 @@ def machine_record() -> dict:
     Examples
     --------
     >>> sorted(machine_record())
-    ['avx512', 'cpu', 'kernels', 'python', 'versions']
+    ['avx512', 'cpu', 'kernels', 'python', 'vendor', 'versions']
     """
     from importlib import metadata
 
@@ -287,8 +287,52 @@ def machine_record() -> dict:
                 break
             except metadata.PackageNotFoundError:
                 continue
-    return {"cpu": cpu, "avx512": "avx512f" in _cpu_flags(), "kernels": numeric_kernels(),
+    return {"cpu": cpu, "vendor": cpu_vendor(), "avx512": "avx512f" in _cpu_flags(), "kernels": numeric_kernels(),
             "python": platform.python_version(), "versions": versions}
+
+
+#: ``/proc/cpuinfo``'s ``vendor_id`` -> the vendor's name
+_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon"}
+
+
+def cpu_vendor() -> str | None:
+    """The x86-64 CPU's vendor (``"Intel"``, ``"AMD"``, another ``vendor_id`` as found), or None where
+    ``/proc/cpuinfo`` does not say (not Linux, not x86-64). torch's MKL chooses its code path by it
+    (the module's docstring), so figures computed under the ``avx2`` pins agree to the last bit only
+    between CPUs of one vendor."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    vendor = _cpuinfo("vendor_id")
+    return _VENDORS.get(vendor, vendor) if vendor else None
+
+
+def reproducibility_note(record: dict) -> str | None:
+    """One line for a result computed on the machine ``record`` (`machine_record`, as written to
+    ``environment.json``): on which machines its figures should come out the same to the last digit.
+
+    None for a record without the fields (an ``environment.json`` written before they existed).
+
+    Examples
+    --------
+    >>> reproducibility_note({"vendor": "Intel", "kernels": {"torch": "avx2", "numpy": "avx2", "faiss": "avx2"}})[:72]
+    "Computed on an Intel CPU with torch's avx2 kernels: another Intel x86-64"
+    >>> reproducibility_note({"cpu": "x"}) is None
+    True
+    """
+    kernels, vendor = record.get("kernels"), record.get("vendor")
+    if not isinstance(kernels, dict) or "torch" not in kernels:
+        return None
+    where = f"an {vendor} CPU" if vendor in ("Intel", "AMD") else f"a {vendor} CPU" if vendor else "this CPU"
+    if "native" in kernels.values():
+        return (f"Computed on {where} with native kernels ({', '.join(k for k, v in kernels.items() if v == 'native')}): "
+                "another CPU may give other last bits and, through the trained rankers, other figures.")
+    if kernels["torch"] == "portable":
+        return (f"Computed on {where} with the portable kernels: x86-64 CPUs with AVX2 of either vendor should give "
+                "the same figures to the last digit, except the torch rankers' training (float32 sqrt differs by vendor).")
+    same = f"another {vendor} x86-64 CPU" if vendor else "another x86-64 CPU of the same vendor"
+    return (f"Computed on {where} with torch's avx2 kernels: {same} with AVX2 and these versions should give "
+            "the same figures to the last digit; MKL takes another branch on the other vendor's CPUs, where they "
+            "can differ (LTRR_CPU_KERNELS=portable agrees across vendors; benchmarks/results/cpu_determinism/).")
 
 
 @contextlib.contextmanager

@@ -38,19 +38,64 @@ from typing import Any
 from ltrr._atomic import write_json_atomic
 from ltrr._log import bar, configure  # re-exported: a script's bars and log lines as ltrr's own
 
-__all__ = ["PROGRESS_SUFFIX", "StageProgress", "bar", "configure", "describe_progress", "progress_path",
-           "read_progress"]
+__all__ = ["PROGRESS_SUFFIX", "StageProgress", "bar", "configure", "describe_progress", "describe_shards",
+           "progress_path", "read_progress"]
 
 #: The snapshot of stage ``S`` is ``stages/S.progress.json``, beside its record ``stages/S.json``.
 PROGRESS_SUFFIX = ".progress.json"
 _WINDOW_S = 300.0  # the recent rate is measured over the last five minutes of snapshots
 
 
-def progress_path(record: str | Path) -> Path:
+def progress_path(record: str | Path, *, shard: tuple[int, int] | None = None) -> Path:
     """The progress snapshot beside a stage record (``stages/label.json`` ->
-    ``stages/label.progress.json``)."""
+    ``stages/label.progress.json``), or a shard's (``shard=(1, 4)`` ->
+    ``stages/label.shard-1-of-4.progress.json``: each ``--shard`` process writes its own)."""
     record = Path(record)
+    if shard is not None:
+        return record.with_name(f"{record.stem}.shard-{int(shard[0])}-of-{int(shard[1])}{PROGRESS_SUFFIX}")
     return record.with_name(record.stem + PROGRESS_SUFFIX)
+
+
+def describe_shards(record: str | Path, fingerprint: str | None = None, *,
+                    now: Callable[[], float] = time.time) -> tuple[str, str] | None:
+    """``(state, line)`` for ``ltrr status`` from the ``--shard`` processes' snapshots of a stage
+    (`progress_path` with ``shard``), pooled; None when there is none of ``fingerprint``'s inputs.
+
+    A shard that finished removes its snapshot, so the line counts the shards that have one.
+    ``running`` while any of them runs (how long is left at their pooled recent rate), else
+    ``stopped``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> record = pathlib.Path(tempfile.mkdtemp()) / "label.json"
+    >>> for i, done in enumerate((100, 300)):
+    ...     _ = write_json_atomic(progress_path(record, shard=(i, 2)), {"fingerprint": "fp", "phase": "label",
+    ...         "state": "stopped", "done": done, "total": 1000, "updated": 0.0, "host": "elsewhere"})
+    >>> describe_shards(record, "fp", now=lambda: 60.0)[1]
+    'label shards stopped: 2 shards at 400 of 2,000 items (20%), the last 60 s ago; running them again resumes them from the generation cache'
+    """
+    record = Path(record)
+    docs = []
+    for path in sorted(record.parent.glob(f"{record.stem}.shard-*-of-*{PROGRESS_SUFFIX}")):
+        doc = read_progress(path)
+        if doc is not None and (fingerprint is None or doc.get("fingerprint") == fingerprint):
+            docs.append((doc, describe_progress(doc, now=now)[0]))
+    if not docs:
+        return None
+    done, total = sum(int(d["done"]) for d, _ in docs), sum(int(d["total"]) for d, _ in docs)
+    counted = f"{done:,} of {total:,} items ({100 * done / total:.0f}%)" if total else f"{done:,} items"
+    phases = "/".join(sorted({str(d.get("phase", "stage")) for d, _ in docs}))
+    ago = _span(now() - max(float(d["updated"]) for d, _ in docs))
+    running = [d for d, state in docs if state == "running"]
+    if running:
+        rate = sum(float(d.get("items_per_s") or 0.0) for d in running)
+        left_items = sum(int(d["total"]) - int(d["done"]) for d in running)
+        left = f", about {_span(left_items / rate)} left" if rate > 0 and left_items > 0 else ""
+        return "running", (f"{phases} shards running: {len(running)} of {len(docs)} shards, {counted}{left} "
+                           f"(updated {ago} ago)")
+    return "stopped", (f"{phases} shards stopped: {len(docs)} shard{'s' * (len(docs) != 1)} at {counted}, the last {ago} ago; "
+                       "running them again resumes them from the generation cache")
 
 
 class StageProgress:

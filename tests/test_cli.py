@@ -112,6 +112,49 @@ def test_status_says_where_each_stage_stands_and_runs_nothing(env, capsys):
     assert "does not exist" in _err(capsys)
 
 
+def test_status_pools_the_label_shards_progress_snapshots(env, capsys, monkeypatch):
+    """Each ``ltrr label --shard I/N`` process writes its own snapshot (none for the whole stage),
+    removed when it ends; ``ltrr status`` pools the shards': running while one runs, then how far the
+    stopped ones got."""
+    from ltrr.config import load_config
+    from ltrr.pipeline import Run
+    from ltrr.pipeline.labels import label_fingerprint
+    from ltrr.progress import StageProgress, progress_path
+
+    cfg, _ = _tiny(env)
+    assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
+    run = Run(load_config(str(cfg)))
+    record, fp = run.stage_record("label"), label_fingerprint(run)
+    seen: list[str] = []
+    enter = StageProgress.__enter__
+    monkeypatch.setattr(StageProgress, "__enter__", lambda self: (seen.append(self.path.name), enter(self))[1])
+    assert main(["label", str(cfg), "--shard", "1/2"]) == 0
+    assert seen and set(seen) == {"label.shard-1-of-2.progress.json"}  # its own, for the label phase
+    assert not list(record.parent.glob("*.progress.json"))  # a shard that finished leaves none
+    monkeypatch.setattr(StageProgress, "__enter__", enter)
+    states = lambda: {r["stage"]: (r["state"], r["detail"]) for r in json.loads(capsys.readouterr().out)}  # noqa: E731
+    capsys.readouterr()
+    a, b = (StageProgress(progress_path(record, shard=(i, 2)), fingerprint=fp, phase="label", total=20, every_s=0)
+            for i in (0, 1))
+    a.__enter__(), b.__enter__()
+    a.update(5), b.update(10)
+    assert main(["status", str(cfg), "--json"]) == 0
+    st = states()
+    assert st["label"][0] == "running"
+    assert st["label"][1].startswith("label shards running: 2 of 2 shards, 15 of 40 items (38%)")
+    assert st["eval"] == ("waits", "on label")
+    b.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # Ctrl-C in one shard
+    assert main(["status", str(cfg), "--json"]) == 0
+    assert states()["label"][1].startswith("label shards running: 1 of 2 shards, 15 of 40 items")
+    a.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
+    assert main(["status", str(cfg), "--json"]) == 0
+    state, detail = states()["label"]
+    assert state == "to run" and detail.startswith("label shards stopped: 2 shards at 15 of 40 items (38%)")
+    cfg.write_text(cfg.read_text() + '\n[labels]\nmetric = "em"\n')
+    assert main(["status", str(cfg), "--json"]) == 0
+    assert states()["label"] == ("to run", "never ran")  # the shards measured other inputs
+
+
 def test_status_follows_a_labelling_from_its_progress_snapshot(env, capsys):
     """A labelling that runs (in another process) is ``running`` with how far it got, and the
     stages after it wait on it; one stopped part way is ``to run`` with how far it got; a snapshot

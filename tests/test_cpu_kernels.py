@@ -129,3 +129,36 @@ def test_a_library_loaded_before_ltrr_is_named_where_its_kernels_differ():
         assert first is None
     assert json.loads(_py(note.format(pre=""))) is None
     assert json.loads(_py(note.format(pre="import numpy; "), LTRR_CPU_KERNELS="native")) is None
+
+
+def test_cpu_vendor_is_read_from_cpuinfo(monkeypatch):
+    """``vendor_id`` names the vendor (torch's MKL branches on it); no cpuinfo or no x86-64: None."""
+    import ltrr._cpu as cpu
+
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
+    for found, vendor in (("GenuineIntel", "Intel"), ("AuthenticAMD", "AMD"), ("CentaurHauls", "CentaurHauls"),
+                          (None, None)):
+        monkeypatch.setattr(cpu, "_cpuinfo", lambda field, found=found: found if field == "vendor_id" else None)
+        assert cpu.cpu_vendor() == vendor
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "arm64")
+    assert cpu.cpu_vendor() is None
+    assert "vendor" in cpu.machine_record()
+
+
+def test_reproducibility_note_says_where_figures_reproduce():
+    """The headline's last line: same vendor under the avx2 pins, either vendor under portable, the
+    CPU itself under native kernels; a record without the fields (an older environment.json): none."""
+    from ltrr._cpu import reproducibility_note
+
+    pinned = {"torch": "avx2", "numpy": "avx2", "faiss": "avx2"}
+    amd = reproducibility_note({"vendor": "AMD", "kernels": pinned})
+    assert amd.startswith("Computed on an AMD CPU with torch's avx2 kernels: another AMD x86-64 CPU")
+    assert "LTRR_CPU_KERNELS=portable" in amd
+    unknown = reproducibility_note({"vendor": None, "kernels": pinned})
+    assert "of the same vendor" in unknown and "None" not in unknown
+    portable = reproducibility_note({"vendor": "Intel", "kernels": {**pinned, "torch": "portable"}})
+    assert "either vendor" in portable and "sqrt" in portable
+    native = reproducibility_note({"vendor": "Intel", "kernels": {**pinned, "numpy": "native"}})
+    assert "native kernels (numpy)" in native
+    for old in ({"cpu": "x", "avx512": True}, {"kernels": "avx2"}, {"kernels": {}}):
+        assert reproducibility_note(old) is None

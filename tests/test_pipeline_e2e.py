@@ -173,6 +173,8 @@ def test_run_twice_same_seed_identical_and_skips(project, run_a, capsys, monkeyp
     # one short headline, then where the full tables are, not their cells
     assert "Headline (" in out and "Pre-registered (seed 7" in out and "Wilcoxon p = " in out
     assert "Cost: the router's arms" in out and "full tables" in out and "plot:" in out
+    # and where its figures reproduce: the machine's vendor and kernels, from environment.json
+    assert "Computed on " in out and "kernels" in out.split("Computed on ", 1)[1].splitlines()[0]
     assert "Mean downstream utility" not in out
     # the paper's splits are drawn from every query: the report says to choose nothing on them
     report = (root / "a" / "reports" / "eval.md").read_text()

@@ -7,13 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ltrr._errors import DataError
+from ltrr._limits import MAX_LINE_BYTES
 
 __all__ = ["utf8_lines", "MAX_LINE_BYTES"]
-
-#: the longest line (in bytes, its newline included) a reader takes: far above any query, run
-#: or qrels line and any passage of a corpus, and a bound on what one line can hold in memory
-#: (a gzipped file a few hundred KB long can unpack into a single line of gigabytes)
-MAX_LINE_BYTES = 16 * 2**20
 
 
 def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -51,6 +51,7 @@ from typing import Any
 
 from ltrr._atomic import atomic_path, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
+from ltrr._limits import MAX_LINE_BYTES  # a record's longest line; a longer one is refused as read
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 from ltrr.generation.cache import GenerationCache, cache_key
 from ltrr.generation.cache_rows import KEY_PATTERN, is_int, is_number
@@ -64,10 +65,6 @@ __all__ = ["SUFFIXES", "MAX_LINE_BYTES", "XZ_MEMLIMIT", "RecordingGenerator", "w
 #: across arms, likelihood passes and replicates further apart than gzip's 32 kB window, so it
 #: is 2-3 times smaller (measured on demo-agent's export: 2.38 MB gzip, 1.11 MB xz).
 SUFFIXES = (".jsonl.xz", ".jsonl.gz")
-#: The longest line (one record, its newline included) a prebuilt file may hold: 16 MiB, some
-#: 2,700 times the longest record shipped (about 6 kB). A longer one is refused when reading
-#: reaches it, so that memory holds one such line at most however far the file expands.
-MAX_LINE_BYTES = 16 * 2**20
 #: The most memory the xz decoder may take: 128 MiB, twice what the largest preset needs (9 and
 #: 9e, which ltrr writes: a 64 MiB dictionary). The decoder holds up to a dictionary of output,
 #: whose size the file's header chooses (up to 4 GiB): a larger one is refused.

@@ -30,16 +30,21 @@ def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, tem
                          chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
                          params=template.default_params(max_new_tokens=gcfg.max_new_tokens), **kwargs)
 
-def _progress(run: RunContext, fingerprint: str, phase: str, total: int, *, whole: bool):
-    """The label stage's progress snapshot for ``ltrr status`` (`ltrr.progress`); none for
-    a shard or a Dask task (they only fill the cache, many at once)."""
+def _progress(run: RunContext, fingerprint: str, phase: str, total: int, *, whole: bool,
+              shard: tuple[int, int] | None = None):
+    """The label stage's progress snapshot for ``ltrr status`` (`ltrr.progress`): the whole stage's,
+    or a ``--shard I/N`` process's own (``ltrr status`` pools the shards'); none for a Dask task
+    (many at once, on other machines)."""
     import contextlib
 
     from ltrr.progress import StageProgress, progress_path
 
+    record = run.stage_record("label")
+    if shard is not None:
+        return StageProgress(progress_path(record, shard=shard), fingerprint=fingerprint, phase=phase, total=total)
     if not whole:
         return contextlib.nullcontext(None)
-    return StageProgress(progress_path(run.stage_record("label")), fingerprint=fingerprint, phase=phase, total=total)
+    return StageProgress(progress_path(record), fingerprint=fingerprint, phase=phase, total=total)
 
 
 def _import_prebuilt(run: RunContext, cache) -> None:
@@ -313,6 +318,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     scorer = metric.bind(judge=judge)
     extra_scorers = {str(m): m.bind(judge=judge) for m in extras}
     queries = ds.queries
+    own_shard = shard  # a --shard process (its own progress snapshot); not the Dask tasks' `only`
     if shard is not None:
         i, n = shard
         if not (0 <= i < n):
@@ -326,7 +332,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
              f"template {template.identity}, metric {metric}; cache {run.cache_path}")
     t0 = time.perf_counter()
     with bar(total=n_items, desc="label", unit="item") as pbar, \
-            _progress(run, fp, "label", n_items, whole=shard is None) as snap:
+            _progress(run, fp, "label", n_items, whole=shard is None, shard=own_shard) as snap:
         labelled = _label(
             run, queries, results, arms=arms, no_retrieval=nr[0], generator=generator,
             template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
@@ -339,7 +345,7 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     if shard is not None:
         if lcfg.replicate_template:  # the shard's share of the replicate, into the cache only
             label_replicate(run, ds.queries, results, arms, nr[0], generator, scorer, metric, extra_scorers,
-                                  labelled.labels, only=set(queries["qid"].astype(str)))
+                                  labelled.labels, only=set(queries["qid"].astype(str)), shard=own_shard)
             summary["generator_calls"] = generator.generator_calls
         run.log(f"[label] shard {shard[0]}/{shard[1]}: {summary['generator_calls']} generator calls "
                  f"in {summary['seconds']:.1f}s; cache {run.cache_path} (no labels table written)")
@@ -392,11 +398,13 @@ def replicate_queries(run: RunContext, queries: pd.DataFrame) -> pd.DataFrame:
     return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
 
 def label_replicate(run: RunContext, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
-                     main: pd.DataFrame, only: set[str] | None = None) -> dict:
+                     main: pd.DataFrame, only: set[str] | None = None,
+                     shard: tuple[int, int] | None = None) -> dict:
     """Label ``arms`` again under ``[labels] replicate_template`` -> labels/replicate.parquet.
 
     ``only`` (a shard's query ids) labels just those replicate queries, to fill the cache:
-    nothing is written then.
+    nothing is written then. ``shard`` (a ``--shard I/N`` process) writes that shard's progress
+    snapshot.
     """
     from ltrr.generation import load_template
 
@@ -410,7 +418,8 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
     run.log(f"[label] replicate: {len(sub)} queries x {len(arms)} arms with template {template.identity}")
     t0 = time.perf_counter()
     with bar(total=len(sub) * len(arms), desc="replicate", unit="item") as pbar, \
-            _progress(run, label_fingerprint(run), "replicate", len(sub) * len(arms), whole=only is None) as snap:
+            _progress(run, label_fingerprint(run), "replicate", len(sub) * len(arms), whole=only is None,
+                      shard=shard) as snap:
         rep = _label(run, sub, results, arms=arms, no_retrieval=no_retrieval, generator=generator,
                      template=template, scorer=scorer, metric_name=str(metric), extra_scorers=extra_scorers,
                      progress=_both(pbar.update, snap))

@@ -155,7 +155,7 @@ def stage_status(run: Run) -> list[dict[str, str]]:
     """
     from ltrr._errors import LtrrError
     from ltrr.data.irds import is_irds
-    from ltrr.progress import describe_progress, progress_path, read_progress
+    from ltrr.progress import describe_progress, describe_shards, progress_path, read_progress
     from ltrr.retrieval import Pool
 
     Pool.from_run_config(run.config)  # a bad pool (k = -3) is the error every stage would give, not "ready"
@@ -194,6 +194,8 @@ def stage_status(run: Run) -> list[dict[str, str]]:
                     fresh, missing = False, [str(exc)]
             upstream = [r for r in reads if r in todo]
             snap = describe_progress(read_progress(progress_path(record)), fp)  # a long stage's own snapshot
+            if snap is None or snap[0] != "running":  # or its --shard processes' (ltrr label --shard I/N)
+                snap = describe_shards(record, fp) or snap
             if upstream:
                 state, detail = "waits", f"on {upstream[0]}"
             elif snap is not None and snap[0] == "running":  # even over a fresh record: ltrr label --force
@@ -314,9 +316,18 @@ def protocol_docs(run: Run, seeds: Sequence[int], *, force: bool = False, n_jobs
 
 def headline_text(run: Run, doc: dict) -> str:
     """The main job's headline: the protocol on the config's seed."""
+    import json
+
+    from ltrr._cpu import reproducibility_note
     from ltrr.eval.headline import protocol_summary
 
-    return f"\nHeadline ({run.workdir / 'protocol' / f'seed-{run.config.seed}'}):\n" + protocol_summary([doc])
+    folder = run.workdir / "protocol" / f"seed-{run.config.seed}"
+    text = f"\nHeadline ({folder}):\n" + protocol_summary([doc])
+    try:  # where the figures were computed (the protocol writes it beside them)
+        note = reproducibility_note(json.loads((folder / "environment.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):
+        note = None
+    return text + (f"\n{note}" if note else "")
 
 
 def _recall_report(run: Run, done: dict) -> str | None:
