@@ -322,7 +322,8 @@ def reproducibility_note(record: dict) -> str | None:
     kernels, vendor = record.get("kernels"), record.get("vendor")
     if not isinstance(kernels, dict) or "torch" not in kernels:
         return None
-    where = f"an {vendor} CPU" if vendor in ("Intel", "AMD") else f"a {vendor} CPU" if vendor else "this CPU"
+    where = (f"an {vendor} CPU" if vendor in ("Intel", "AMD") else f"a {vendor} CPU" if vendor
+             else "a CPU whose vendor was not recorded")
     if "native" in kernels.values():
         return (f"Computed on {where} with native kernels ({', '.join(k for k, v in kernels.items() if v == 'native')}): "
                 "another CPU may give other last bits and, through the trained rankers, other figures.")

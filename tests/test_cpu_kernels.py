@@ -155,7 +155,7 @@ def test_reproducibility_note_says_where_figures_reproduce():
     assert amd.startswith("Computed on an AMD CPU with torch's avx2 kernels: another AMD x86-64 CPU")
     assert "LTRR_CPU_KERNELS=portable" in amd
     unknown = reproducibility_note({"vendor": None, "kernels": pinned})
-    assert "of the same vendor" in unknown and "None" not in unknown
+    assert "vendor was not recorded" in unknown and "of the same vendor" in unknown and "None" not in unknown
     portable = reproducibility_note({"vendor": "Intel", "kernels": {**pinned, "torch": "portable"}})
     assert "either vendor" in portable and "sqrt" in portable
     native = reproducibility_note({"vendor": "Intel", "kernels": {**pinned, "numpy": "native"}})
