@@ -26,6 +26,7 @@ GROUND = {
     "ltrr._cpu",
     "ltrr._lazy",
     "ltrr._sections",
+    "ltrr._limits",
 }
 
 
