@@ -162,3 +162,26 @@ def test_reproducibility_note_says_where_figures_reproduce():
     assert "native kernels (numpy)" in native
     for old in ({"cpu": "x", "avx512": True}, {"kernels": "avx2"}, {"kernels": {}}):
         assert reproducibility_note(old) is None
+
+
+@pytest.mark.parametrize("text", [None, "", "{not json", "[1, 2]", '{"cpu": "x"}'])
+def test_the_headline_skips_the_note_for_a_missing_or_damaged_environment_record(tmp_path, monkeypatch, text):
+    """``headline_text`` reads ``environment.json`` beside the headline; none, unreadable JSON, a
+    non-object or an old record without the fields: the headline without the note, no traceback."""
+    from types import SimpleNamespace
+
+    from ltrr.pipeline.stages import headline_text
+
+    monkeypatch.setattr("ltrr.eval.headline.protocol_summary", lambda docs: "the summary")
+    run = SimpleNamespace(workdir=tmp_path, config=SimpleNamespace(seed=13))
+    folder = tmp_path / "protocol" / "seed-13"
+    folder.mkdir(parents=True)
+    if text is not None:
+        (folder / "environment.json").write_text(text)
+    assert headline_text(run, {}).endswith("the summary")
+    (folder / "environment.json").write_text(json.dumps({"vendor": "AMD", "kernels": {"torch": "avx2"}}))
+    assert headline_text(run, {}).endswith("\nComputed on an AMD CPU with torch's avx2 kernels: another AMD x86-64 "
+                                           "CPU with AVX2 and these versions should give the same figures to the last "
+                                           "digit; MKL takes another branch on the other vendor's CPUs, where they can "
+                                           "differ (LTRR_CPU_KERNELS=portable agrees across vendors; "
+                                           "benchmarks/results/cpu_determinism/).")
