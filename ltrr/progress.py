@@ -84,7 +84,7 @@ def describe_shards(record: str | Path, fingerprint: str | None = None, *,
     if not docs:
         return None
     done, total = sum(int(d["done"]) for d, _ in docs), sum(int(d["total"]) for d, _ in docs)
-    counted = f"{done:,} of {total:,} items ({100 * done / total:.0f}%)" if total else f"{done:,} items"
+    counted = _counted(done, total)
     phases = "/".join(sorted({str(d.get("phase", "stage")) for d, _ in docs}))
     ago = _span(now() - max(float(d["updated"]) for d, _ in docs))
     running = [d for d, state in docs if state == "running"]
@@ -201,6 +201,11 @@ def _alive(doc: dict) -> bool | None:
     return True
 
 
+def _counted(done: int, total: int) -> str:
+    """``"250 of 1,000 items (25%)"``, or ``"250 items"`` when there is no total."""
+    return f"{done:,} of {total:,} items ({100 * done / total:.0f}%)" if total else f"{done:,} items"
+
+
 def _span(seconds: float) -> str:
     seconds = max(0.0, float(seconds))
     if seconds < 90:
@@ -230,7 +235,7 @@ def describe_progress(doc: dict | None, fingerprint: str | None = None, *,
     if doc is None or (fingerprint is not None and doc.get("fingerprint") != fingerprint):
         return None
     done, total = int(doc["done"]), int(doc["total"])
-    counted = f"{done:,} of {total:,} items ({100 * done / total:.0f}%)" if total else f"{done:,} items"
+    counted = _counted(done, total)
     ago = _span(now() - float(doc["updated"]))
     alive = _alive(doc)
     if doc["state"] == "running" and alive is not False:
