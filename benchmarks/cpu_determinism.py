@@ -7,8 +7,9 @@ Run it on two machines with the same library versions and compare the two JSON f
     python benchmarks/cpu_determinism.py --compare A.json B.json
 
 Each mode runs in a fresh process (the libraries read their kernel settings when they load):
-``native`` with ``LTRR_CPU_KERNELS=native``, ``pinned`` as the ``ltrr`` command runs, ``portable``
-with ``LTRR_CPU_KERNELS=portable`` (MKL's vendor-neutral branch for torch). BLAS runs
+``native`` with ``LTRR_CPU_KERNELS=native``, ``pinned`` with ``LTRR_CPU_KERNELS=avx2`` (MKL's AVX2
+branch for torch; the ``ltrr`` command's default until session 41), ``portable`` with
+``LTRR_CPU_KERNELS=portable`` (MKL's vendor-neutral branch; the default since). BLAS runs
 on one thread in each (thread counts are a separate, known source: `ltrr._cpu.one_blas_thread`).
 The checks:
 
@@ -19,8 +20,8 @@ The checks:
   predictions), on 1 and 2 threads. ``--data`` gives it a real table (``make_data`` exports the
   demo's routing features with a label made from them, not from any utility label); without it a
   synthetic table with ties.
-- torch: a float32 product, small products of a torch ranker's layer shapes, float32 sqrt (Adam
-  takes it), layer norm, GELU and softmax; the default encoder (MiniLM) on fixed sentences;
+- torch: a float32 product, small products of a torch ranker's layer shapes, float32 sqrt (the
+  default Adam takes it; ltrr's rankers take fused AdamW's since session 41), layer norm, GELU and softmax; the default encoder (MiniLM) on fixed sentences;
   ``ffn-pointwise`` fitted on the same table (its predictions).
 
 ``--runner 'qemu-x86_64 -cpu Haswell-v4'`` runs the checks on an emulated AVX2 CPU without
@@ -44,7 +45,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODES = {"native": {"LTRR_CPU_KERNELS": "native"}, "pinned": {}, "portable": {"LTRR_CPU_KERNELS": "portable"}}
+MODES = {"native": {"LTRR_CPU_KERNELS": "native"}, "pinned": {"LTRR_CPU_KERNELS": "avx2"},
+         "portable": {"LTRR_CPU_KERNELS": "portable"}}
 _KERNEL_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "NPY_DISABLE_CPU_FEATURES",
                 "OPENBLAS_CORETYPE", "FAISS_SIMD_LEVEL", "LTRR_CPU_KERNELS")
 

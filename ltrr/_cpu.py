@@ -15,9 +15,12 @@ measured on one AVX-512 machine by switching its kernels alone:
   Intel CPU, and the two give other bits for some product shapes. On an emulated Intel Haswell
   (AVX2, no AVX-512; `benchmarks/results/cpu_determinism/`) the demo's 5,732 query embeddings
   differed from this AMD EPYC's by up to 1.4e-7 on 2,204 rows; with ``MKL_CBWR=COMPATIBLE`` (MKL's
-  vendor-neutral code) a sample of 256 came out the same on both. That branch halves MiniLM's
-  encoding speed (4.2 s against 8.6 s for 512 passages here), so it is the opt-in
-  ``LTRR_CPU_KERNELS=portable``, for numbers that must agree between AMD and Intel machines.
+  vendor-neutral code) a sample of 256 came out the same on both, and on a real Intel Xeon
+  (session 40) the same as on the EPYC. With the AVX2 branch the main job's headline moved with
+  the vendor (seed 13: Wilcoxon p 0.080 on the EPYC, 0.013 on the Xeon), so the COMPATIBLE branch
+  is the default, ``LTRR_CPU_KERNELS=portable``, since session 41. It halves MiniLM's encoding
+  speed (8.6 s against 4.2 s for 512 passages here); ``LTRR_CPU_KERNELS=avx2`` takes MKL's AVX2
+  branch (the same bits between CPUs of one vendor only) and ``native`` every library's own.
 - **numpy** (its own SIMD loops, dispatched at import): float64 ``exp`` and ``log`` take an
   AVX-512 (SVML) kernel that differs from the C library on 4.6% of values, and reductions sum
   in other orders; the demo's query embeddings moved by up to 1.1e-7, its similarity features
@@ -37,7 +40,7 @@ batched search did not (`benchmarks/results/cpu_determinism/`).
 
 `pin_cpu_kernels` sets these variables unless the user set them (every x86-64 CPU of the last
 decade has AVX2; elsewhere nothing is set; ``LTRR_CPU_KERNELS=native`` turns it off and
-``LTRR_CPU_KERNELS=portable`` takes MKL's COMPATIBLE branch as above; another value is a
+``LTRR_CPU_KERNELS=avx2`` takes MKL's AVX2 branch instead of COMPATIBLE; another value is a
 `ConfigError` from `kernel_mode`, which the ``ltrr`` command and every stage's inputs call, while
 ``import ltrr`` stays quiet and pins as by default). A library
 reads them when it loads, so ``import ltrr`` calls it first thing, and each library's pins are set
@@ -77,8 +80,8 @@ _PINS: dict[str, dict[str, str]] = {
     "numpy": {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Haswell"},
     "faiss": {"FAISS_SIMD_LEVEL": "AVX2"},
 }
-#: ``LTRR_CPU_KERNELS=portable``: MKL's COMPATIBLE branch instead of AVX2, which MKL does not take
-#: on AMD CPUs (see the module's docstring)
+#: ``LTRR_CPU_KERNELS=portable`` (the default): MKL's COMPATIBLE branch instead of AVX2, which MKL
+#: does not take on AMD CPUs (see the module's docstring)
 _PORTABLE = {"MKL_CBWR": "COMPATIBLE"}
 #: libraries that were loaded before `pin_cpu_kernels` ran (their kernels are their own)
 _LOADED_FIRST: set[str] = set()
@@ -145,17 +148,19 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
-#: the values ``LTRR_CPU_KERNELS`` takes (unset or empty means ``"avx2"``)
-KERNEL_MODES = ("avx2", "portable", "native")
+#: the values ``LTRR_CPU_KERNELS`` takes (unset or empty means `DEFAULT_MODE`)
+KERNEL_MODES = ("portable", "avx2", "native")
+#: the mode when ``LTRR_CPU_KERNELS`` is unset: the same bits on AMD and Intel CPUs
+DEFAULT_MODE = "portable"
 
 
 def kernel_mode() -> str:
-    """The mode ``LTRR_CPU_KERNELS`` asks for: ``"avx2"`` (the default), ``"portable"`` or
+    """The mode ``LTRR_CPU_KERNELS`` asks for: ``"portable"`` (the default), ``"avx2"`` or
     ``"native"``; a `ConfigError` for any other value (the ``ltrr`` command's one-line error)."""
-    mode = os.environ.get("LTRR_CPU_KERNELS", "").strip().lower() or "avx2"
+    mode = os.environ.get("LTRR_CPU_KERNELS", "").strip().lower() or DEFAULT_MODE
     if mode not in KERNEL_MODES:
         raise ConfigError(f"LTRR_CPU_KERNELS={os.environ['LTRR_CPU_KERNELS']!r} is not one of "
-                          f"{', '.join(KERNEL_MODES)} (unset means avx2)")
+                          f"{', '.join(KERNEL_MODES)} (unset means {DEFAULT_MODE})")
     return mode
 
 
@@ -165,7 +170,7 @@ def _mode_or_default() -> str:
     try:
         return kernel_mode()
     except ConfigError:
-        return "avx2"
+        return DEFAULT_MODE
 
 
 def _pins(mode: str) -> dict[str, dict[str, str]]:
@@ -177,7 +182,8 @@ def _pins(mode: str) -> dict[str, dict[str, str]]:
 
 
 def pin_cpu_kernels() -> dict[str, str]:
-    """Pin the kernels of each numerical library not yet loaded to AVX2; returns what was set."""
+    """Pin the kernels of each numerical library not yet loaded (AVX2, and MKL's vendor-neutral
+    branch unless ``LTRR_CPU_KERNELS=avx2``); returns what was set."""
     mode = _mode_or_default()
     if mode == "native" or not has_avx2():
         return {}
@@ -198,8 +204,8 @@ def pin_cpu_kernels() -> dict[str, str]:
 def cpu_kernels() -> str:
     """The CPU kernels torch computes with, as a short string for cache identities.
 
-    ``"avx2"`` when the pins are in effect, ``"portable"`` under ``LTRR_CPU_KERNELS=portable``,
-    otherwise the settings as found
+    ``"portable"`` under the default pins, ``"avx2"`` under ``LTRR_CPU_KERNELS=avx2``, otherwise
+    the settings as found
     (``"aten=AVX512,onednn=NATIVE,mkl=NATIVE"``). Imports torch.
     """
     import torch
@@ -217,7 +223,7 @@ def cpu_kernels() -> str:
 
 def numeric_kernels() -> dict[str, str]:
     """Each library's kernels as this process set them: ``"avx2"`` where pinned (torch:
-    ``"portable"`` under ``LTRR_CPU_KERNELS=portable``), else ``"native"``.
+    ``"portable"`` under the default, ``"avx2"`` under ``LTRR_CPU_KERNELS=avx2``), else ``"native"``.
 
     A library counts as pinned when every one of its variables holds its pin and it was not loaded
     before `pin_cpu_kernels` ran (numpy older than 2.4 is never pinned). Imports nothing (torch's
@@ -328,8 +334,8 @@ def reproducibility_note(record: dict) -> str | None:
         return (f"Computed on {where} with native kernels ({', '.join(k for k, v in kernels.items() if v == 'native')}): "
                 "another CPU may give other last bits and, through the trained rankers, other figures.")
     if kernels["torch"] == "portable":
-        return (f"Computed on {where} with the portable kernels: x86-64 CPUs with AVX2 of either vendor should give "
-                "the same figures to the last digit, except the torch rankers' training (float32 sqrt differs by vendor).")
+        return (f"Computed on {where} with the portable kernels: x86-64 CPUs with AVX2 of either vendor and these "
+                "versions should give the same figures to the last digit.")
     same = f"another {vendor} x86-64 CPU" if vendor else "another x86-64 CPU of the same vendor"
     return (f"Computed on {where} with torch's avx2 kernels: {same} with AVX2 and these versions should give "
             "the same figures to the last digit; MKL takes another branch on the other vendor's CPUs, where they "

@@ -544,7 +544,7 @@ def test_unknown_cpu_kernel_mode(env, capsys, monkeypatch):
     cfg, _ = _tiny(env)
     monkeypatch.setenv("LTRR_CPU_KERNELS", "portabel")
     assert main(["index", str(cfg)]) == 2
-    assert "LTRR_CPU_KERNELS='portabel' is not one of avx2, portable, native" in _err(capsys)
+    assert "LTRR_CPU_KERNELS='portabel' is not one of portable, avx2, native (unset means portable)" in _err(capsys)
     assert not (env / "data" / "indexes").exists()
     from ltrr._cpu import numeric_kernels
 

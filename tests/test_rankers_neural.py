@@ -161,6 +161,37 @@ def test_determinism(data, cls):
     assert not np.array_equal(a, c)
 
 
+@pytest.mark.parametrize("cls", [FFNPointwiseRanker, RankNetRanker])
+def test_training_takes_no_vector_math_sqrt(data, cls, monkeypatch):
+    """The optimiser's square root is the CPU's own correctly rounded one (fused AdamW), not MKL's
+    vector sqrt behind ``Tensor.sqrt``, which is not correctly rounded on AMD CPUs and is on Intel
+    ones: a ``Tensor.sqrt`` made one ulp off everywhere leaves the fitted scores unchanged, and the
+    fused step equals the single-tensor one with a correctly rounded sqrt, bit for bit."""
+    import torch
+
+    X, y, qid = data["train"]
+    before = cls(n_epochs=3, random_state=3).fit(X, y, qid=qid).predict(X)
+    sqrt = torch.Tensor.sqrt
+
+    def one_ulp_off(self):
+        out = sqrt(self)
+        return torch.nextafter(out, torch.full_like(out, float("inf"))) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch.Tensor, "sqrt", one_ulp_off)
+    np.testing.assert_array_equal(cls(n_epochs=3, random_state=3).fit(X, y, qid=qid).predict(X), before)
+    monkeypatch.setattr(torch.Tensor, "sqrt", lambda self: sqrt(self.double()).float())  # correctly rounded
+
+    def steps(**kw):
+        p = torch.nn.Parameter(torch.linspace(-2.0, 2.0, 4096))
+        opt = torch.optim.AdamW([p], lr=1e-3, **kw)
+        for i in range(5):
+            p.grad = torch.randn(4096, generator=torch.Generator().manual_seed(i)) * 3
+            opt.step()
+        return p.detach().clone()
+
+    assert torch.equal(steps(fused=True), steps(foreach=False))
+
+
 def test_fit_leaves_global_torch_state_alone(data):
     import torch
 
