@@ -21,8 +21,9 @@ The checks:
   demo's routing features with a label made from them, not from any utility label); without it a
   synthetic table with ties.
 - torch: a float32 product, small products of a torch ranker's layer shapes, float32 sqrt (the
-  default Adam takes it; ltrr's rankers take fused AdamW's since session 41), layer norm, GELU and softmax; the default encoder (MiniLM) on fixed sentences;
-  ``ffn-pointwise`` fitted on the same table (its predictions).
+  default Adam takes it; ltrr's rankers take fused AdamW's since session 41), layer norm, GELU and
+  softmax; the default encoder (MiniLM) on fixed sentences; ``ffn-pointwise`` fitted on the same
+  table (its predictions).
 
 ``--runner 'qemu-x86_64 -cpu Haswell-v4'`` runs the checks on an emulated AVX2 CPU without
 AVX-512 (``qemu-user`` 10.0 from Debian's bookworm-backports: QEMU's TCG has AVX2 and FMA but no
