@@ -91,6 +91,25 @@ def test_same_seed_same_decisions_and_save_load(tmp_path):
     np.testing.assert_allclose(loaded.predict_proba(X), a.predict_proba(X))
 
 
+def test_training_takes_no_vector_math_sqrt(monkeypatch):
+    """The head's Adam is fused, so its square root is the CPU's own correctly rounded one, not MKL's
+    vector sqrt behind ``Tensor.sqrt`` (not correctly rounded on AMD CPUs, and on Intel ones): a
+    ``Tensor.sqrt`` made one ulp off everywhere leaves the policy's probabilities unchanged."""
+    import torch
+
+    X, U, C = bandit(n=200)
+    before = BudgetPolicy(budget=0.4, n_steps=50, random_state=3).fit(X, U, C).predict_proba(X)
+    sqrt = torch.Tensor.sqrt
+
+    def one_ulp_off(self):
+        out = sqrt(self)
+        return torch.nextafter(out, torch.full_like(out, float("inf"))) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch.Tensor, "sqrt", one_ulp_off)
+    after = BudgetPolicy(budget=0.4, n_steps=50, random_state=3).fit(X, U, C).predict_proba(X)
+    np.testing.assert_array_equal(after, before)
+
+
 def test_fit_leaves_the_callers_global_torch_rng_alone():
     """The head was seeded with torch.manual_seed, resetting the caller's global generator."""
     import torch

@@ -165,8 +165,7 @@ def test_determinism(data, cls):
 def test_training_takes_no_vector_math_sqrt(data, cls, monkeypatch):
     """The optimiser's square root is the CPU's own correctly rounded one (fused AdamW), not MKL's
     vector sqrt behind ``Tensor.sqrt``, which is not correctly rounded on AMD CPUs and is on Intel
-    ones: a ``Tensor.sqrt`` made one ulp off everywhere leaves the fitted scores unchanged, and the
-    fused step equals the single-tensor one with a correctly rounded sqrt, bit for bit."""
+    ones: a ``Tensor.sqrt`` made one ulp off everywhere leaves the fitted scores unchanged."""
     import torch
 
     X, y, qid = data["train"]
@@ -179,6 +178,14 @@ def test_training_takes_no_vector_math_sqrt(data, cls, monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, "sqrt", one_ulp_off)
     np.testing.assert_array_equal(cls(n_epochs=3, random_state=3).fit(X, y, qid=qid).predict(X), before)
+
+
+def test_fused_adamw_takes_a_correctly_rounded_sqrt(monkeypatch):
+    """Why the rankers' AdamW is fused: its step equals the single-tensor step with a correctly
+    rounded ``Tensor.sqrt``, bit for bit (a torch upgrade that changed this would show here)."""
+    import torch
+
+    sqrt = torch.Tensor.sqrt
     monkeypatch.setattr(torch.Tensor, "sqrt", lambda self: sqrt(self.double()).float())  # correctly rounded
 
     def steps(**kw):
