@@ -339,7 +339,8 @@ def reproducibility_note(record: dict) -> str | None:
     same = f"another {vendor} x86-64 CPU" if vendor else "another x86-64 CPU of the same vendor"
     return (f"Computed on {where} with torch's avx2 kernels: {same} with AVX2 and these versions should give "
             "the same figures to the last digit; MKL takes another branch on the other vendor's CPUs, where they "
-            "can differ (LTRR_CPU_KERNELS=portable agrees across vendors; benchmarks/results/cpu_determinism/).")
+            "can differ (LTRR_CPU_KERNELS=portable, the default, agrees across vendors; "
+            "benchmarks/results/cpu_determinism/).")
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import ltrr.retrieval.corpus_embeddings as ce
-from ltrr._errors import DataError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.retrieval import DenseRetriever, Retriever
 
 
@@ -98,7 +98,7 @@ def test_a_corrupt_or_missing_shipped_matrix_is_one_clear_error(root):
     enc = Counting()
     key = ce.corpus_key(enc, TEXTS, 64)
     ce.corpus_embeddings(enc, TEXTS)
-    out = ce.export_prebuilt("toy", key)
+    out = ce.export_prebuilt("toy", key, encoder_identity=enc.identity)
     (ce.cache_folder() / f"{key}.npy").unlink()
     data = bytearray(out.read_bytes())
     data[-1] ^= 0xFF
@@ -109,7 +109,11 @@ def test_a_corrupt_or_missing_shipped_matrix_is_one_clear_error(root):
     with pytest.raises(NotBuiltError, match="are missing"):
         ce.corpus_embeddings(enc, TEXTS)
     with pytest.raises(NotBuiltError, match="no cached embedding matrix"):
-        ce.export_prebuilt("toy", "0" * 32)
+        ce.export_prebuilt("toy", "0" * 32, encoder_identity=enc.identity)
+    # a sidecar that cannot say which encoder made the matrix is refused, and nothing is written
+    with pytest.raises(ConfigError, match="give encoder_identity"):
+        ce.export_prebuilt("toy2", key, encoder_identity=" ")
+    assert not (root / "shipped" / "toy2-embeddings.npy").exists()
 
 
 def test_a_dense_index_built_twice_encodes_once(root, monkeypatch):

@@ -189,5 +189,5 @@ def test_the_headline_skips_the_note_for_a_missing_or_damaged_environment_record
     assert headline_text(run, {}).endswith("\nComputed on an AMD CPU with torch's avx2 kernels: another AMD x86-64 "
                                            "CPU with AVX2 and these versions should give the same figures to the last "
                                            "digit; MKL takes another branch on the other vendor's CPUs, where they can "
-                                           "differ (LTRR_CPU_KERNELS=portable agrees across vendors; "
+                                           "differ (LTRR_CPU_KERNELS=portable, the default, agrees across vendors; "
                                            "benchmarks/results/cpu_determinism/).")

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ltrr._atomic import atomic_path, sha256_file, write_json_atomic
-from ltrr._errors import DataError, NotBuiltError
+from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.data.io import data_root
 
 __all__ = ["corpus_key", "corpus_embeddings", "cache_folder", "prebuilt_embeddings", "export_prebuilt"]
@@ -183,7 +183,7 @@ def corpus_embeddings(
     return emb
 
 
-def export_prebuilt(name: str, key: str, *, dest: str | Path | None = None, encoder_identity: str = "") -> Path:
+def export_prebuilt(name: str, key: str, *, encoder_identity: str, dest: str | Path | None = None) -> Path:
     """Ship the cached matrix ``key`` as ``NAME-embeddings.npy`` with its sidecar.
 
     Parameters
@@ -192,16 +192,28 @@ def export_prebuilt(name: str, key: str, *, dest: str | Path | None = None, enco
         The prebuilt's name (``demo``).
     key : str
         A key of the data root's embedding cache (`corpus_key`).
+    encoder_identity : str
+        The identity of the encoder that made the matrix (``get_encoder(name).identity``),
+        recorded in the sidecar so a reader can tell which model and kernels made it. Required:
+        a sidecar without it cannot be checked against the encoder a user runs.
     dest : str or Path, optional
         Folder to write to; the package's ``ltrr/prebuilt`` by default.
-    encoder_identity : str
-        Recorded in the sidecar for the reader.
 
     Returns
     -------
     Path
         The written ``.npy``.
+
+    Raises
+    ------
+    ConfigError
+        ``encoder_identity`` is empty.
+    NotBuiltError
+        The cache holds no matrix ``key``.
     """
+    if not str(encoder_identity).strip():
+        raise ConfigError("export_prebuilt: give encoder_identity (get_encoder(NAME).identity); the sidecar "
+                          "records which encoder and kernels made the matrix")
     src = cache_folder() / f"{key}.npy"
     if not src.is_file():
         raise NotBuiltError(f"no cached embedding matrix {src}; index the corpus first (`ltrr index CONFIG`)")
