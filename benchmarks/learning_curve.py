@@ -32,7 +32,9 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +42,55 @@ import pandas as pd
 import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
 
 FRACTIONS = (0.125, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass
+class DesignPart:
+    """The design part of the protocol's partition ``seed``, as the design-part studies read it.
+
+    ``labels`` holds the design queries' rows only (the test part's are dropped unread), ``U`` their
+    qid x arm utilities, ``queries`` their rows of the dataset, ``folds`` the protocol's grouped folds,
+    ``raw`` the raw features of the whole run (subset it to ``U.index`` where needed), ``source``
+    where the partition comes from, and ``prereg`` the protocol's preregistration of ``seed``.
+    """
+
+    run: Any
+    prereg: dict
+    labels: pd.DataFrame
+    raw: Any
+    U: pd.DataFrame
+    queries: pd.DataFrame
+    folds: list
+    source: str
+
+
+def design_part(config: str, seed: int) -> DesignPart:
+    """Load ``config``'s run and the design part of partition ``seed``; no test label is kept."""
+    from ltrr.config import load_config
+    from ltrr.eval import make_splits
+    from ltrr.eval.routing import utility_matrix
+    from ltrr.pipeline import Run
+
+    run = Run(load_config(config), log=lambda m: None)
+    labels, raw = run.training_inputs("protocol")
+    prereg = read_preregistration(run, config, seed)
+    design, source = run.protocol_part("design", seed=seed, labels=labels)
+    labels = labels[labels["qid"].isin(design)]  # the test part's rows, unread
+    U = utility_matrix(labels)
+    queries = run.dataset.queries
+    queries = queries[queries["qid"].astype(str).isin(set(U.index))].reset_index(drop=True)
+    folds = make_splits(queries, ["kfold"], n_folds=int(prereg["n_folds"]), random_state=seed)
+    return DesignPart(run, prereg, labels, raw, U, queries, folds, source)
+
+
+def write_results(out: Path, res: dict, md: str) -> None:
+    """Write a study's ``res`` as ``OUT.json`` and its table ``md`` as ``OUT.md`` (atomically), and
+    print the table."""
+    from ltrr.data.io import write_text_atomic
+
+    write_text_atomic(out.with_suffix(".json"), json.dumps(res, indent=2) + "\n")
+    write_text_atomic(out.with_suffix(".md"), md)
+    print(md)
 
 
 def read_preregistration(run, config: str, seed: int) -> dict:
@@ -116,24 +167,14 @@ def departures(U: pd.DataFrame, router: pd.Series, rule: pd.Series) -> dict:
 
 
 def study(config: str, *, seed: int, repeats: int, fractions=FRACTIONS) -> dict:
-    from ltrr.config import load_config
-    from ltrr.eval import make_splits
     from ltrr.eval.headline import fit_predict_candidate
-    from ltrr.eval.routing import utility_matrix
     from ltrr.eval.splits import Split
-    from ltrr.pipeline import Run
 
-    run = Run(load_config(config), log=lambda m: None)
-    labels, raw = run.training_inputs("protocol")
-    prereg = read_preregistration(run, config, seed)
-    design, source = run.protocol_part("design", seed=seed, labels=labels)
-    labels = labels[labels["qid"].isin(design)]  # the test part's rows, unread
-    U = utility_matrix(labels)
-    queries = run.dataset.queries
-    queries = queries[queries["qid"].astype(str).isin(set(U.index))].reset_index(drop=True)
+    d = design_part(config, seed)
+    run, labels, raw, prereg, source, U, queries, folds = (d.run, d.labels, d.raw, d.prereg, d.source, d.U,
+                                                           d.queries, d.folds)
     qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str)
     groups = queries.set_index(queries["qid"].astype(str))["group"].astype(str)
-    folds = make_splits(queries, ["kfold"], n_folds=int(prereg["n_folds"]), random_state=seed)
     cand = {k: prereg[k] for k in ("router", "ranker", "label", "features")}
     lab_idx = labels.set_index("qid")
     nr, costs = run.no_retrieval_arms()[0], run.pool.costs
@@ -239,8 +280,6 @@ def markdown(res: dict, summ: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from ltrr.data.io import write_text_atomic
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config")
     ap.add_argument("--seed", type=int, default=13)
@@ -249,10 +288,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     res = study(a.config, seed=a.seed, repeats=a.repeats)
     summ = summarise(res)
-    write_text_atomic(a.out.with_suffix(".json"), json.dumps({**res, "summary": summ}, indent=2) + "\n")
-    md = markdown(res, summ)
-    write_text_atomic(a.out.with_suffix(".md"), md)
-    print(md)
+    write_results(a.out, {**res, "summary": summ}, markdown(res, summ))
     return 0
 
 

@@ -39,7 +39,6 @@ Writes ``benchmarks/results/protocol_demo_qwen/numerical_stability.json`` and ``
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -108,28 +107,13 @@ def pooled_gain(U, folds, preds, *, costs, nr, seed) -> tuple[float, pd.Series]:
 
 
 def study(config: str, *, seed: int, draws: int, members: int) -> dict:
-    from ltrr.config import load_config
-    from ltrr.eval import make_splits
-    from ltrr.eval.routing import utility_matrix
-    from ltrr.pipeline import Run
+    from learning_curve import design_part  # this folder's learning_curve.py
+
     from ltrr.progress import bar
 
-    sys_path = Path(__file__).resolve().parent
-    import sys
-
-    sys.path.insert(0, str(sys_path))
-    from learning_curve import read_preregistration
-
-    run = Run(load_config(config), log=lambda m: None)
-    labels, raw = run.training_inputs("protocol")
-    prereg = read_preregistration(run, config, seed)
-    design, source = run.protocol_part("design", seed=seed, labels=labels)
-    labels = labels[labels["qid"].isin(design)]  # the test part's rows, unread
-    U = utility_matrix(labels)
-    raw = raw.subset(list(U.index))
-    queries = run.dataset.queries
-    queries = queries[queries["qid"].astype(str).isin(set(U.index))].reset_index(drop=True)
-    folds = make_splits(queries, ["kfold"], n_folds=int(prereg["n_folds"]), random_state=seed)
+    d = design_part(config, seed)
+    run, labels, prereg, source, U, folds = d.run, d.labels, d.prereg, d.source, d.U, d.folds
+    raw = d.raw.subset(list(U.index))
     cand = {k: prereg[k] for k in ("router", "ranker", "label", "features")}
     lab_idx = labels.set_index("qid")
     nr, costs = run.no_retrieval_arms()[0], run.pool.costs
@@ -158,7 +142,7 @@ def study(config: str, *, seed: int, draws: int, members: int) -> dict:
                   "sd_gain_all": float(np.std(r["gains"], ddof=1)),
                   "share_changed_choices": float(np.mean(changed)), "changed_per_draw": changed}
     a = next(iter(out.values()))
-    for v, o in list(out.items())[1:]:
+    for o in list(out.values())[1:]:
         o["qualifies"] = bool(o["sd_gain_all"] <= 0.5 * a["sd_gain_all"]
                               and o["share_changed_choices"] <= 0.5 * a["share_changed_choices"]
                               and o["gain_as_built"] >= a["gain_as_built"] - 0.002)
@@ -187,7 +171,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from ltrr.data.io import write_text_atomic
+    from learning_curve import write_results  # this folder's learning_curve.py
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config")
@@ -197,12 +181,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/protocol_demo_qwen/numerical_stability"))
     a = ap.parse_args(argv)
     res = study(a.config, seed=a.seed, draws=a.draws, members=a.members)
-    md = markdown(res)
-    write_text_atomic(a.out.with_suffix(".json"), json.dumps(res, indent=2) + "\n")
-    write_text_atomic(a.out.with_suffix(".md"), md)
-    print(md)
+    write_results(a.out, res, markdown(res))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -36,7 +36,6 @@ Writes ``benchmarks/results/protocol_demo_qwen/within_type_probe.json`` and ``.m
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
@@ -152,11 +151,6 @@ def paired(U: pd.DataFrame, a: pd.Series, b: pd.Series) -> dict:
 
 
 def main(argv=None) -> int:
-    from ltrr.config import load_config
-    from ltrr.data.io import write_text_atomic
-    from ltrr.eval import make_splits
-    from ltrr.eval.routing import utility_matrix
-    from ltrr.pipeline import Run
     from ltrr.rankers import rankers
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -167,19 +161,12 @@ def main(argv=None) -> int:
                     default=Path("benchmarks/results/protocol_demo_qwen/closed_book_confidence.csv"),
                     help="closed_book_confidence.py's table: variant E when it is there")
     a = ap.parse_args(argv)
-    run = Run(load_config(a.config), log=lambda m: None)
-    labels, raw = run.training_inputs("protocol")
-    from learning_curve import read_preregistration  # this folder's learning_curve.py
+    from learning_curve import design_part, write_results  # this folder's learning_curve.py
 
-    prereg = read_preregistration(run, a.config, a.seed)
+    d = design_part(a.config, a.seed)
+    run, labels, prereg, source, U, queries, folds = d.run, d.labels, d.prereg, d.source, d.U, d.queries, d.folds
     ranker = rankers.get(prereg["ranker"])(random_state=run.config.seed, **run.train_params(prereg["ranker"]))
-    design, source = run.protocol_part("design", seed=a.seed, labels=labels)
-    labels = labels[labels["qid"].isin(design)]  # the test part's rows, unread
-    U = utility_matrix(labels)
-    queries = run.dataset.queries
-    queries = queries[queries["qid"].astype(str).isin(set(U.index))].reset_index(drop=True)
-    folds = make_splits(queries, ["kfold"], n_folds=int(prereg["n_folds"]), random_state=a.seed)
-    raw = raw.subset(list(U.index))
+    raw = d.raw.subset(list(U.index))
     results = pd.read_parquet(run.results_path, columns=["qid", "arm", "rank", "docid", "score", "text"])
     results = results[results["qid"].isin(set(U.index))]
     extra = retrieval_columns(results, raw.arms)
@@ -244,10 +231,7 @@ def main(argv=None) -> int:
             continue
         v = res[k]
         lines.append(f"| {k} | {v['difference']:+.4f} | {v['improved']} | {v['degraded']} | {v['p_value']:.3g} |")
-    md = "\n".join(lines) + "\n"
-    write_text_atomic(a.out.with_suffix(".json"), json.dumps(res, indent=2) + "\n")
-    write_text_atomic(a.out.with_suffix(".md"), md)
-    print(md)
+    write_results(a.out, res, "\n".join(lines) + "\n")
     return 0
 
 
