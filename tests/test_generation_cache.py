@@ -154,6 +154,48 @@ def test_cached_generator_misses_on_identity_and_params(cache):
     assert same.counters == {"hits": 1, "misses": 1, "generator_calls": 1}
 
 
+class Cutting(Scripted):
+    """A backend with a context outside its identity, as llama.cpp's ``n_ctx``: a prompt longer
+    than ``context - max_new_tokens`` characters is cut to fit, and the cut recorded."""
+
+    def __init__(self, context: int):
+        super().__init__("cutting-v1")
+        self.context = context
+
+    def generate(self, prompts: Sequence, params: DecodingParams | None = None) -> list[Generation]:
+        room = (params or DecodingParams()).max_new_tokens
+        out = []
+        for p in prompts:
+            self.sent.append(p)
+            fed = p[: self.context - room]
+            extra = {"truncated_tokens": len(p) - len(fed), "context_length": self.context} if fed != p else {}
+            out.append(Generation(text=f"out:{fed}", prompt_tokens=len(fed), extra=extra))
+        return out
+
+    def answer_holds(self, generation: Generation, room: int) -> bool:
+        if generation.extra.get("truncated_tokens"):
+            return generation.extra.get("context_length") == self.context
+        return generation.prompt_tokens + room <= self.context
+
+
+def test_an_answer_made_in_another_context_is_made_again(cache):
+    # A cut prompt's answer holds only in the context it was cut for; an uncut one only where it
+    # still fits. Either way, what a run answers does not depend on what an earlier run cached.
+    params = DecodingParams(max_new_tokens=4)
+    long, short = "x" * 40, "y" * 20
+    small = CachedGenerator(Cutting(context=30), cache)
+    assert [g.text for g in small.generate([long, short], params)] == ["out:" + "x" * 26, "out:" + short]
+    large = CachedGenerator(Cutting(context=100), cache)
+    assert [g.text for g in large.generate([long, short], params)] == ["out:" + long, "out:" + short]
+    assert large.counters == {"hits": 1, "misses": 1, "generator_calls": 1}  # the short one held
+    again = CachedGenerator(Cutting(context=100), cache)
+    again.generate([long, short], params)
+    assert again.counters == {"hits": 2, "misses": 0, "generator_calls": 0}
+    tiny = CachedGenerator(Cutting(context=20), cache)  # an uncut answer that would be cut now
+    assert [g.text for g in tiny.generate([short], params)] == ["out:" + "y" * 16]
+    assert tiny.generator_calls == 1 and len(cache) == 2  # the new answers replaced the old
+
+
 def test_failed_generations_are_not_cached(cache):
     backend = Scripted()
     gen = CachedGenerator(backend, cache)

@@ -195,6 +195,27 @@ def test_a_prompt_longer_than_the_context_is_cut_and_recorded():
     assert s.ok and s.extra["truncated_tokens"] > 0
 
 
+def test_a_cached_cut_answer_is_made_again_in_a_larger_context(tmp_path):
+    # n_ctx is not in the identity (it changes nothing but the cut), so the cache asks the
+    # backend whether a cached answer holds: one cut at 128 tokens does not at 1,024.
+    from ltrr.generation import CachedGenerator, GenerationCache
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+
+    cache = GenerationCache(tmp_path / "llm.sqlite")
+    long = [{"role": "user", "content": "Document 1: " + "Canberra is a city. " * 40 + "\nQuestion: capital?"}]
+    params = DecodingParams(max_new_tokens=8)
+    small = LlamaCppGenerator("smollm2-135m", n_ctx=128, n_threads=1)
+    cut = CachedGenerator(small, cache).generate([long], params)[0]
+    assert cut.extra["truncated_tokens"] > 0 and cut.extra["context_length"] == 128
+    large = CachedGenerator(LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=1), cache)
+    whole = large.generate([long], params)[0]
+    assert large.generator_calls == 1 and "truncated_tokens" not in whole.extra
+    assert whole.prompt_tokens == small.count_prompt_tokens(long) > cut.prompt_tokens
+    again = CachedGenerator(LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=1), cache)
+    assert again.generate([long], params)[0].text == whole.text and again.generator_calls == 0
+    cache.close()
+
+
 def test_bad_settings_are_config_errors(tmp_path):
     from ltrr.generation.llamacpp_backend import LlamaCppGenerator
 

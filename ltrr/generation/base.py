@@ -154,6 +154,28 @@ class Generator(ABC):
         """Maximum prompt + completion tokens the model accepts."""
         return 2048
 
+    def answer_holds(self, generation: Generation, room: int) -> bool:
+        """Whether ``generation``, cached for a prompt under this `identity`, is the answer this
+        generator would give that prompt now.
+
+        Parameters
+        ----------
+        generation : Generation
+            The cached answer (its ``prompt_tokens`` and ``extra`` as they were recorded).
+        room : int
+            The tokens kept free beside the prompt when it was made: ``max_new_tokens`` for a
+            generation, the continuation's tokens for a likelihood score.
+
+        Returns
+        -------
+        bool
+            True by default: the identity names everything that shapes an answer. A backend
+            with a setting outside its identity that can change one overrides it (llama.cpp's
+            ``n_ctx`` cuts a prompt that does not fit), and `ltrr.generation.cache.CachedGenerator`
+            makes the answer again where it does not hold.
+        """
+        return True
+
 
 class WrapsGenerator:
     """Mixin of the classes that wrap one of ltrr's generators (``self.generator``): their
@@ -173,6 +195,10 @@ class WrapsGenerator:
     def context_length(self) -> int:
         """The wrapped generator's `context_length`."""
         return self.generator.context_length
+
+    def answer_holds(self, generation: Generation, room: int) -> bool:
+        """The wrapped generator's `Generator.answer_holds`."""
+        return self.generator.answer_holds(generation, room)
 
 
 class GeneratorWrapper(WrapsGenerator, Generator):

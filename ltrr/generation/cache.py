@@ -39,10 +39,16 @@ from ltrr.generation.cache_rows import (
 )
 
 __all__ = ["GenerationCache", "CachedGenerator", "cache_key", "check_cache_file", "is_blank_database", "stats",
-           "SCORE_PARAMS"]
+           "SCORE_PARAMS", "held_room"]
 
 # The decoding parameters of a scoring (teacher-forcing) call: no token is generated.
 SCORE_PARAMS = DecodingParams(max_new_tokens=0)
+
+
+def held_room(params: DecodingParams, generation: Generation) -> int:
+    """The tokens a cached call kept free beside its prompt: ``max_new_tokens`` for a
+    generation, the continuation's tokens for a likelihood score (keyed with `SCORE_PARAMS`)."""
+    return generation.completion_tokens if params == SCORE_PARAMS else params.max_new_tokens
 
 # SQLite's default limit on host parameters is 999 in old builds; stay well under it.
 _LOOKUP_CHUNK = 500
@@ -532,6 +538,9 @@ class CachedGenerator(GeneratorWrapper):
         backend, identity = self.generator.backend, self.generator.identity
         keys = [cache_key(backend, identity, params, p) for p in prompts]
         found = self.cache.get_many(keys)
+        # an answer made in another context (llama.cpp's n_ctx cut its prompt, or would cut it
+        # now) is a miss: made again, and it replaces the cached one
+        found = {k: g for k, g in found.items() if self.generator.answer_holds(g, held_room(params, g))}
         out: list[Generation | None] = [None] * len(prompts)
         todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):

@@ -164,7 +164,9 @@ class LlamaCppGenerator(Generator):
     n_ctx : int
         Context window (prompt + completion tokens). A longer prompt is cut in its middle (the
         template's head and the question at its tail are kept) and the cut is recorded in
-        ``Generation.extra["truncated_tokens"]``; it never fails the call.
+        ``Generation.extra["truncated_tokens"]``; it never fails the call. It is not part of the
+        `identity`: a cached answer is made again where this context would feed the model
+        another prompt (`answer_holds`).
     n_threads : int, optional
         CPU threads; None uses the cores this process may run on. Outputs do not depend on it.
     n_batch : int
@@ -255,7 +257,8 @@ class LlamaCppGenerator(Generator):
         (a file without a chat template).
 
         ``n_ctx`` is not part of it: it changes an answer only when a prompt longer than the
-        context is cut, and the generation records that cut (``extra["truncated_tokens"]``)."""
+        context is cut, and the generation records that cut and the context it was made in
+        (``extra["truncated_tokens"]``, ``extra["context_length"]``), which `answer_holds` reads."""
         if self._identity is None:
             version = getattr(_llama_cpp(), "__version__", "unknown")
             gpu = f":gpu{self.n_gpu_layers}" if self.n_gpu_layers else ""
@@ -267,6 +270,14 @@ class LlamaCppGenerator(Generator):
     @property
     def context_length(self) -> int:
         return self.n_ctx
+
+    def answer_holds(self, generation: Generation, room: int) -> bool:
+        """Whether a cached answer is the one this context makes: a prompt that was cut holds
+        only in the context it was cut for, and an uncut one only where it still fits beside
+        ``room`` (a smaller ``n_ctx`` would cut it now). See `Generator.answer_holds`."""
+        if generation.extra.get("truncated_tokens"):
+            return generation.extra.get("context_length") == self.n_ctx
+        return generation.prompt_tokens + room <= self.n_ctx
 
     def _threads(self) -> int:
         if self.n_threads:
@@ -462,7 +473,7 @@ class LlamaCppGenerator(Generator):
                 continue
             extra: dict[str, Any] = {"finish_reason": "length" if finish == "length" else "stop"}
             if cut:
-                extra["truncated_tokens"] = cut
+                extra.update(truncated_tokens=cut, context_length=self.n_ctx)
             if params.json_mode:
                 extra["json_mode"] = "not enforced by the llama_cpp backend"
             out.append(Generation(text=text, prompt_tokens=len(ids), completion_tokens=len(new),
@@ -507,7 +518,7 @@ class LlamaCppGenerator(Generator):
             tok = logits[np.arange(len(cont)), cont] - logz
             extra: dict[str, Any] = {"token_logprobs": [float(x) for x in tok]}
             if cut:
-                extra["truncated_tokens"] = cut
+                extra.update(truncated_tokens=cut, context_length=self.n_ctx)
             out.append(Generation(text="", prompt_tokens=len(ids), completion_tokens=len(cont),
                                   latency_s=time.perf_counter() - start, extra=extra))
         return out
