@@ -20,9 +20,18 @@ Two measurements:
     after it, the prefill's time subtracted), each side timed alternately on every prompt so
     both run under the same load. Reported side by side, with their ratio.
 
+``likelihood``
+    The llama.cpp likelihood pass (`LlamaCppGenerator.score`, which asks llama.cpp for the
+    answer's rows only) against the binding's own way (a ``Llama(logits_all=True)`` that computes
+    and copies every prompt row) and against a bare prefill of the same prompt, on the same RAG
+    prompts and gold answers, the three timed in turn on every prompt. Reported: seconds per
+    pass, each against the prefill, whether the two passes agree to the last bit, and the size
+    of the buffer ``logits_all`` allocates.
+
 Usage::
 
     python benchmarks/generation.py runtimes --n 10 [--model smollm2-135m] [--threads 2]
+    python benchmarks/generation.py likelihood --n 10 [--model smollm2-135m] [--threads 2]
 
     python benchmarks/generation.py throughput --n 20
     python benchmarks/generation.py templates --n 30 [--distractors 2]
@@ -330,13 +339,68 @@ def bench_runtimes(model: str, n: int, threads: int, max_new_tokens: int, seed: 
     return out
 
 
+def bench_likelihood(model: str, n: int, threads: int, seed: int) -> dict:
+    """Seconds per likelihood pass: the backend's (answer rows only) against ``logits_all``."""
+    import llama_cpp
+    import numpy as np
+
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+
+    n_ctx = 2048
+    lc = LlamaCppGenerator(model, n_ctx=n_ctx, n_threads=threads)
+    every_row = llama_cpp.Llama(model_path=str(lc.model_path), n_ctx=n_ctx, n_threads=threads,
+                                n_threads_batch=threads, n_batch=lc.n_batch, n_ubatch=lc.n_batch,
+                                logits_all=True, verbose=False)
+    template = load_template("short_answer")
+    items = [(build_prompt(template, q["question"], q["passages"]).messages, " " + q["answer"])
+             for q in load_questions(n + 1, 2, seed)]
+
+    def ours(msgs, answer):
+        return lc.score([msgs], [answer])[0].extra["token_logprobs"]
+
+    def logits_all(msgs, answer):
+        ids, cont = lc.prompt_ids(msgs), lc.encode(answer)
+        every_row.reset()
+        every_row.eval(ids + cont)
+        logits = np.asarray(every_row.scores[len(ids) - 1: len(ids) + len(cont) - 1], dtype=np.float64)
+        top = logits.max(axis=1, keepdims=True)  # the backend's log-softmax, term for term
+        logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        return [float(x) for x in logits[np.arange(len(cont)), cont] - logz]
+
+    def prefill(msgs, answer):
+        lc.llama.reset()
+        lc.llama.eval(lc.prompt_ids(msgs))
+
+    sides = {"answer_rows": ours, "logits_all": logits_all, "prefill": prefill}
+    seconds = dict.fromkeys(sides, 0.0)
+    for fn in sides.values():  # warm-up: load, allocate
+        fn(*items[0])
+    same = tokens = 0
+    for i, (msgs, answer) in enumerate(items[1:]):
+        names = list(sides) if i % 2 == 0 else list(sides)[::-1]
+        got = {}
+        for name in names:
+            lc.llama.reset()  # every side starts cold: no prefix of an earlier prompt is reused
+            t0 = time.perf_counter()
+            got[name] = sides[name](msgs, answer)
+            seconds[name] += time.perf_counter() - t0
+        same += got["answer_rows"] == got["logits_all"]
+        tokens += len(lc.prompt_ids(msgs))
+    k = len(items) - 1
+    return {"model": lc.model_path.name, "threads": threads, "prompts": k, "mean_prompt_tokens": round(tokens / k, 1),
+            "seconds_per_pass": {name: round(v / k, 3) for name, v in seconds.items()},
+            "over_prefill": {name: round(v / seconds["prefill"], 2) for name, v in seconds.items() if name != "prefill"},
+            "identical_logprobs": f"{same} of {k}",
+            "logits_all_buffer_bytes": n_ctx * every_row.n_vocab() * 4}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("what", choices=["throughput", "templates", "runtimes", "all"])
-    ap.add_argument("--model", default="smollm2-135m", help="runtimes run: a packaged model name or .gguf file")
-    ap.add_argument("--threads", type=int, default=2, help="runtimes run: CPU threads of each side")
+    ap.add_argument("what", choices=["throughput", "templates", "runtimes", "likelihood", "all"])
+    ap.add_argument("--model", default="smollm2-135m", help="runtimes and likelihood runs: a packaged model name or .gguf file")
+    ap.add_argument("--threads", type=int, default=2, help="runtimes and likelihood runs: CPU threads of each side")
     ap.add_argument(
         "--n", type=int, default=None, help="prompts (throughput: 20) or questions (templates: 30)"
     )
@@ -353,8 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
-    if args.what == "runtimes":
-        report = {"runtimes": bench_runtimes(args.model, args.n or 10, args.threads, args.max_new_tokens, args.seed)}
+    if args.what in ("runtimes", "likelihood"):
+        if args.what == "runtimes":
+            report = {"runtimes": bench_runtimes(args.model, args.n or 10, args.threads, args.max_new_tokens, args.seed)}
+        else:
+            report = {"likelihood": bench_likelihood(args.model, args.n or 10, args.threads, args.seed)}
         text = json.dumps(report, indent=2)
         print(text)
         if args.out:

@@ -89,6 +89,43 @@ def test_likelihood_matches_a_manual_forward_pass(gen):
     assert got[0] < 0 and np.all(got <= 0)
 
 
+def test_likelihood_equals_the_bindings_logits_all_pass_to_the_last_bit(gen):
+    import llama_cpp
+
+    # The backend asks llama.cpp for the answer's rows only; the binding's own way computes
+    # every row (logits_all). In the same batches the kept rows agree to the last bit, so the
+    # shipped likelihoods (made either way) still regenerate. A prompt of several batches, cut
+    # after a shorter one that shares its head, checks the reused prefix too.
+    long = [{"role": "user", "content": "Document 1: " + "Canberra is the capital of Australia. " * 30
+                                        + "\nQuestion: What is the capital of Australia?"}]
+    head = [{"role": "user", "content": long[0]["content"][:400]}]
+    ref = llama_cpp.Llama(model_path=str(gen.model_path), n_ctx=1024, n_threads=1, n_batch=gen.n_batch,
+                          n_ubatch=gen.n_batch, logits_all=True, verbose=False)
+    for prompt, cont in ((RAG, " Canberra is the capital"), (head, " Canberra"), (long, " The capital is Canberra")):
+        got = gen.score([prompt], [cont])[0].extra["token_logprobs"]
+        ids, cids = gen.prompt_ids(prompt), gen.encode(cont)
+        ref.reset()
+        ref.eval(ids + cids)
+        logits = np.asarray(ref.scores[len(ids) - 1: len(ids) + len(cids) - 1], dtype=np.float64)
+        top = logits.max(axis=1, keepdims=True)  # the backend's log-softmax, term for term
+        logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        assert got == [float(x) for x in logits[np.arange(len(cids)), cids] - logz]
+    assert len(gen.prompt_ids(long)) > 3 * gen.n_batch
+    ref.close()
+
+
+def test_likelihoods_and_answers_share_one_context_without_changing_each_other(gen):
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+
+    params = DecodingParams(max_new_tokens=12)
+    text = gen.generate([RAG], params)[0].text
+    after_answer = gen.score([RAG], [" Canberra"])[0].extra["token_logprobs"]  # reuses RAG's prefix
+    assert gen.generate([RAG], params)[0].text == text  # after a pass over RAG and the answer
+    other = LlamaCppGenerator("smollm2-135m", n_ctx=1024, n_threads=2)  # another context, cold
+    assert other.score([RAG], [" Canberra"])[0].extra["token_logprobs"] == after_answer
+    assert other.generate([RAG], params)[0].text == text
+
+
 @pytest.mark.slow
 def test_likelihood_agrees_with_transformers_on_the_same_file(gen):
     from ltrr.generation.transformers_backend import TransformersGenerator

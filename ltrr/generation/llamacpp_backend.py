@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ltrr._errors import ConfigError, DataError
+from ltrr._errors import ConfigError, DataError, GenerationError
 from ltrr._registry import require
 from ltrr.generation.base import CANCELLED, DecodingParams, Generation, Generator, cancel_requested
 from ltrr.generation.transformers_backend import file_sha256
@@ -287,9 +287,9 @@ class LlamaCppGenerator(Generator):
         except AttributeError:  # macOS and Windows have no affinity masks
             return os.cpu_count() or 1
 
-    def _load(self, logits_all: bool, embedding: bool = False) -> Any:
+    def _load(self, embedding: bool = False) -> Any:
         key = (str(self._path.resolve()), self.n_ctx, self._threads(), self.n_batch, self.n_gpu_layers,
-               self.chat_format, logits_all, embedding)
+               self.chat_format, embedding)
         with _LOAD_LOCK:
             if key not in _MODELS:
                 lc = _llama_cpp()
@@ -302,18 +302,13 @@ class LlamaCppGenerator(Generator):
                     model_path=str(self._path), n_ctx=self.n_ctx, n_threads=self._threads(),
                     n_threads_batch=self._threads(), n_batch=n_batch, n_ubatch=n_batch,
                     n_gpu_layers=self.n_gpu_layers, chat_format=self.chat_format,
-                    logits_all=logits_all, embedding=embedding, pooling_type=pooling, verbose=False)
+                    embedding=embedding, pooling_type=pooling, verbose=False)
         return _MODELS[key]
 
     @property
     def llama(self) -> Any:
-        """The loaded ``llama_cpp.Llama`` for generation (shared within the process)."""
-        return self._load(False)
-
-    @property
-    def scorer(self) -> Any:
-        """A second ``llama_cpp.Llama`` with ``logits_all`` on, for the likelihood passes only."""
-        return self._load(True)
+        """The loaded ``llama_cpp.Llama`` for generation and likelihoods (shared within the process)."""
+        return self._load()
 
     def token_states(self, text: str) -> np.ndarray:
         """The last layer's state of every token of ``text`` alone (no template), (n_tokens, n_embd).
@@ -322,7 +317,7 @@ class LlamaCppGenerator(Generator):
         representation, `ltrr.policy.states`). Text longer than the context is an error, not a
         silent cut.
         """
-        llama = self._load(False, embedding=True)
+        llama = self._load(embedding=True)
         n = len(llama.tokenize(text.encode("utf-8")))
         if n == 0:
             raise DataError("token_states: the text has no tokens")
@@ -394,6 +389,45 @@ class LlamaCppGenerator(Generator):
                 break
             common += 1
         llama.n_tokens = (common // self.n_batch) * self.n_batch
+
+    def _answer_logits(self, llama: Any, full: list[int], first: int) -> np.ndarray:
+        """Evaluate ``full`` after the cached prefix, in the batches `Llama.eval` would use, and
+        return the logits at positions ``first`` to ``len(full) - 2`` (float64, one row each).
+
+        Written against llama.cpp's public C API (``llama_decode`` with a batch that flags its
+        output rows), which the binding's ``Llama.eval`` does not expose: it flags every row or
+        only the last. The binding's prompt bookkeeping (``input_ids``, ``n_tokens``) is kept, so
+        the next call reuses this prefix as after ``eval``.
+        """
+        lc = _llama_cpp()
+        start = llama.n_tokens
+        lc.llama_memory_seq_rm(lc.llama_get_memory(llama.ctx), -1, start, -1)  # as Llama.eval
+        n_vocab = llama.n_vocab()
+        rows: list[np.ndarray] = []
+        batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        try:
+            for i in range(start, len(full), self.n_batch):
+                chunk = full[i:i + self.n_batch]
+                batch.n_tokens = len(chunk)
+                wanted = []
+                for j, token in enumerate(chunk):
+                    batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, i + j, 1
+                    batch.seq_id[j][0] = 0
+                    batch.logits[j] = first <= i + j < len(full) - 1
+                    if batch.logits[j]:
+                        wanted.append(j)
+                batch.logits[len(chunk) - 1] = True  # as Llama.eval flags it
+                status = lc.llama_decode(llama.ctx, batch)
+                if status != 0:
+                    llama.n_tokens = i  # what was decoded before this batch still stands
+                    raise GenerationError(f"llama.cpp could not evaluate a likelihood batch (llama_decode returned {status})")
+                llama.input_ids[i:i + len(chunk)] = chunk
+                llama.n_tokens = i + len(chunk)
+                rows.extend(np.ctypeslib.as_array(lc.llama_get_logits_ith(llama.ctx, j), shape=(n_vocab,))
+                            .astype(np.float64) for j in wanted)
+        finally:
+            lc.llama_batch_free(batch)
+        return np.stack(rows)
 
     def continue_ids(self, ids: list[int], params: DecodingParams, *,
                      keep_stop: bool = False) -> tuple[list[int], str, str]:
@@ -485,16 +519,18 @@ class LlamaCppGenerator(Generator):
     ) -> list[Generation]:
         """Teacher-forced log-probabilities of each continuation after its rendered prompt.
 
-        The likelihood passes run on a second context with ``logits_all`` on (llama.cpp keeps
-        only the last token's logits otherwise). A prompt too long for the context is cut in its
-        middle, as for `generate`, and the cut recorded.
+        They run on the generation context and ask llama.cpp for the logits of the answer's
+        positions only. ``llama_cpp.Llama(logits_all=True)``, the binding's way to get them,
+        computes the vocabulary projection for every prompt token and copies it out (a
+        ``n_ctx`` x vocabulary buffer; measured in ``benchmarks/generation.py``); the values of
+        the positions kept are the same to the last bit, because the batches are the same
+        (module docstring). A prompt too long for the context is cut in its middle, as for
+        `generate`, and the cut recorded.
         """
-        import numpy as np
-
         prompts, continuations = list(prompts), list(continuations)
         if len(prompts) != len(continuations):
             raise DataError(f"score: {len(prompts)} prompts but {len(continuations)} continuations")
-        llama = self.scorer
+        llama = self.llama
         out = []
         for prompt, continuation in zip(prompts, continuations, strict=True):
             start = time.perf_counter()
@@ -511,8 +547,7 @@ class LlamaCppGenerator(Generator):
             full = ids + cont
             with _CALL_LOCK:
                 self._align(llama, full, len(ids) - 1)
-                llama.eval(full[llama.n_tokens:])
-                logits = np.asarray(llama.scores[len(ids) - 1: len(full) - 1], dtype=np.float64)
+                logits = self._answer_logits(llama, full, len(ids) - 1)
             top = logits.max(axis=1, keepdims=True)
             logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
             tok = logits[np.arange(len(cont)), cont] - logz
