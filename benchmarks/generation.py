@@ -342,9 +342,8 @@ def bench_runtimes(model: str, n: int, threads: int, max_new_tokens: int, seed: 
 def bench_likelihood(model: str, n: int, threads: int, seed: int) -> dict:
     """Seconds per likelihood pass: the backend's (answer rows only) against ``logits_all``."""
     import llama_cpp
-    import numpy as np
 
-    from ltrr.generation.llamacpp_backend import LlamaCppGenerator
+    from ltrr.generation.llamacpp_backend import LlamaCppGenerator, token_logprobs
 
     n_ctx = 2048
     lc = LlamaCppGenerator(model, n_ctx=n_ctx, n_threads=threads)
@@ -362,10 +361,7 @@ def bench_likelihood(model: str, n: int, threads: int, seed: int) -> dict:
         ids, cont = lc.prompt_ids(msgs), lc.encode(answer)
         every_row.reset()
         every_row.eval(ids + cont)
-        logits = np.asarray(every_row.scores[len(ids) - 1: len(ids) + len(cont) - 1], dtype=np.float64)
-        top = logits.max(axis=1, keepdims=True)  # the backend's log-softmax, term for term
-        logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-        return [float(x) for x in logits[np.arange(len(cont)), cont] - logz]
+        return token_logprobs(every_row.scores[len(ids) - 1: len(ids) + len(cont) - 1], cont)
 
     def prefill(msgs, answer):
         lc.llama.reset()

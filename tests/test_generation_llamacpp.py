@@ -92,6 +92,8 @@ def test_likelihood_matches_a_manual_forward_pass(gen):
 def test_likelihood_equals_the_bindings_logits_all_pass_to_the_last_bit(gen):
     import llama_cpp
 
+    from ltrr.generation.llamacpp_backend import token_logprobs
+
     # The backend asks llama.cpp for the answer's rows only; the binding's own way computes
     # every row (logits_all). In the same batches the kept rows agree to the last bit, so the
     # shipped likelihoods (made either way) still regenerate. A prompt of several batches, cut
@@ -106,10 +108,7 @@ def test_likelihood_equals_the_bindings_logits_all_pass_to_the_last_bit(gen):
         ids, cids = gen.prompt_ids(prompt), gen.encode(cont)
         ref.reset()
         ref.eval(ids + cids)
-        logits = np.asarray(ref.scores[len(ids) - 1: len(ids) + len(cids) - 1], dtype=np.float64)
-        top = logits.max(axis=1, keepdims=True)  # the backend's log-softmax, term for term
-        logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-        assert got == [float(x) for x in logits[np.arange(len(cids)), cids] - logz]
+        assert got == token_logprobs(ref.scores[len(ids) - 1: len(ids) + len(cids) - 1], cids)
     assert len(gen.prompt_ids(long)) > 3 * gen.n_batch
     ref.close()
 

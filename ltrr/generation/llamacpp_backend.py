@@ -34,7 +34,7 @@ from ltrr._registry import require
 from ltrr.generation.base import CANCELLED, DecodingParams, Generation, Generator, cancel_requested
 from ltrr.generation.transformers_backend import file_sha256
 
-__all__ = ["LlamaCppGenerator", "gguf_metadata"]
+__all__ = ["LlamaCppGenerator", "gguf_metadata", "token_logprobs"]
 
 _MODELS: dict[tuple, Any] = {}
 _LOAD_LOCK = threading.Lock()
@@ -151,6 +151,16 @@ def _scan_gguf_header(path: str | os.PathLike[str], keys: Sequence[str]) -> dict
                 if len(out) == len(wanted):
                     break
     return out
+
+
+def token_logprobs(logits: np.ndarray, tokens: Sequence[int]) -> list[float]:
+    """Log-probability of each of ``tokens`` under its row of ``logits`` (a stable log-softmax
+    in float64, computed as `LlamaCppGenerator.score` computes it, so values can be compared to
+    the last bit)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    top = logits.max(axis=1, keepdims=True)
+    logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+    return [float(x) for x in logits[np.arange(len(tokens)), list(tokens)] - logz]
 
 
 class LlamaCppGenerator(Generator):
@@ -548,10 +558,7 @@ class LlamaCppGenerator(Generator):
             with _CALL_LOCK:
                 self._align(llama, full, len(ids) - 1)
                 logits = self._answer_logits(llama, full, len(ids) - 1)
-            top = logits.max(axis=1, keepdims=True)
-            logz = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
-            tok = logits[np.arange(len(cont)), cont] - logz
-            extra: dict[str, Any] = {"token_logprobs": [float(x) for x in tok]}
+            extra: dict[str, Any] = {"token_logprobs": token_logprobs(logits, cont)}
             if cut:
                 extra.update(truncated_tokens=cut, context_length=self.n_ctx)
             out.append(Generation(text="", prompt_tokens=len(ids), completion_tokens=len(cont),
