@@ -1,4 +1,5 @@
-"""Atomic writes: a temporary file in the same folder, then a rename over the target; and
+"""Atomic writes: a temporary file in the same folder, then a rename over the target;
+`manifest_last`, the protocol of a folder save whose manifest is written last; and
 `sha256_file`, the checksum the saved artefacts are checked with.
 
 On the ground floor, so every floor writes its files through it (`ltrr.data.io` re-exports
@@ -12,7 +13,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ __all__ = [
     "plain_json",
     "sha256_file",
     "atomic_path",
+    "manifest_last",
+    "write_arrays_atomic",
     "write_bytes_atomic",
     "write_json_atomic",
     "write_table_atomic",
@@ -56,6 +59,47 @@ def atomic_path(path: str | Path, *, suffix: str = "") -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def manifest_last(folder: str | Path, manifest: str) -> Iterator[Path]:
+    """The folder of a save whose manifest file ``manifest`` is written last, by the block.
+
+    ``folder`` is created and its old manifest removed before the block writes its parts, so a
+    save interrupted part-way leaves a folder with no manifest, which its loader reports as not
+    built, never an old manifest over new parts. The block writes each part atomically and the
+    manifest last (`write_json_atomic`); a block that ends without writing it is a
+    `RuntimeError`, the mistake of the save that forgot it.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with manifest_last(Path(tempfile.mkdtemp()) / "model", "model.json") as folder:
+    ...     _ = write_bytes_atomic(folder / "weights.bin", b"...")
+    ...     _ = write_json_atomic(folder / "model.json", {"format": 1})
+    >>> sorted(p.name for p in folder.iterdir())
+    ['model.json', 'weights.bin']
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / manifest).unlink(missing_ok=True)
+    yield folder
+    if not (folder / manifest).is_file():
+        raise RuntimeError(f"the save into {folder} ended without writing its manifest {manifest}")
+
+
+def write_arrays_atomic(path: str | Path, arrays: Mapping[str, Any]) -> Path:
+    """Write numpy arrays to a safetensors file atomically.
+
+    Each array is made C-contiguous first: safetensors writes an array's buffer as it lies, so a
+    transposed or sliced array would come back scrambled.
+    """
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    with atomic_path(path) as tmp:
+        save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp))
+    return Path(path)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:

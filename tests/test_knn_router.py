@@ -64,6 +64,23 @@ def test_knn_with_every_neighbour_and_no_prior_is_the_best_single_arm(seed, n):
         np.testing.assert_allclose(g["score"].to_numpy(), means.loc[g["arm"]].to_numpy())
 
 
+def test_a_save_interrupted_over_an_old_one_leaves_a_folder_that_reads_as_not_built(tmp_path, monkeypatch):
+    import ltrr.routers.knn as knn
+
+    raw, labels = clustered(n_per=10)
+    folder = KNNRouter(n_neighbors=5).fit(raw, labels).save(tmp_path / "knn")
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(knn, "write_arrays_atomic", crash)
+    with pytest.raises(OSError, match="disk full"):
+        KNNRouter(n_neighbors=3).fit(raw, labels).save(folder)
+    # the old manifest went first: never the old router.json over a half-written new router
+    with pytest.raises(NotBuiltError, match="router.json"):
+        KNNRouter.load(folder)
+
+
 def test_knn_save_load_and_the_per_query_path_agree(tmp_path):
     from types import SimpleNamespace
 

@@ -24,7 +24,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import atomic_path, plain_json
+from ltrr._atomic import manifest_last, plain_json, write_arrays_atomic, write_text_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.policy.objective import (
     CALIBRATIONS,
@@ -355,8 +355,6 @@ class BudgetPolicy(BaseEstimator):
         """``head.safetensors`` (weights and scaling) and ``head.json`` (parameters, tau, lambda)."""
         if not hasattr(self, "head_"):
             raise NotFittedError("BudgetPolicy is not fitted")
-        from safetensors.numpy import save_file
-
         # the metadata in plain JSON before any file is touched: a value JSON cannot hold (a
         # numpy seed is converted) fails here, not after the weights replaced the old ones
         meta = plain_json({"format": HEAD_FORMAT, "params": self.get_params(), "tau": self.tau_,
@@ -364,17 +362,11 @@ class BudgetPolicy(BaseEstimator):
                            "n_calibration": self.n_calibration_, "history": self.history_}, "BudgetPolicy")
         text = json.dumps(meta, indent=1)
         arrays = {f"head.{k}": v.detach().numpy().copy() for k, v in self.head_.state_dict().items()}
-        arrays.update(x_mean=np.ascontiguousarray(self.x_mean_, np.float64),
-                      x_scale=np.ascontiguousarray(self.x_scale_, np.float64),
-                      costs=np.ascontiguousarray(self.costs_, np.float64))
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "head.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
-        with atomic_path(path / "head.safetensors") as tmp:
-            save_file(arrays, str(tmp))
-        from ltrr.data.io import write_text_atomic
-
-        write_text_atomic(path / "head.json", text)
+        arrays.update(x_mean=np.asarray(self.x_mean_, np.float64), x_scale=np.asarray(self.x_scale_, np.float64),
+                      costs=np.asarray(self.costs_, np.float64))
+        with manifest_last(path, "head.json") as path:
+            write_arrays_atomic(path / "head.safetensors", arrays)
+            write_text_atomic(path / "head.json", text)
         return path
 
     @classmethod

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import atomic_path, plain_json, write_json_atomic
+from ltrr._atomic import manifest_last, plain_json, write_arrays_atomic, write_json_atomic
 from ltrr._cpu import one_blas_thread
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
@@ -288,24 +288,18 @@ class PolicyRouter(Router):
     def save(self, path: str | Path) -> Path:
         """One folder: ``ltr/`` (the LTR router), ``head/`` (the head), ``policy.json`` last."""
         self._check_fitted()
-        from safetensors.numpy import save_file
-
         # the metadata in plain JSON before any file is touched (a numpy seed is converted; a
         # value JSON cannot hold fails here, not after the old folder was half replaced)
         meta = plain_json({"format": POLICY_FORMAT, "router": "policy", "ltrr_version": __version__,
                            "params": self.get_params(), "arms": self.arms_, "costs": self.costs_,
                            "n_train_queries": self.n_train_queries_}, "PolicyRouter")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "policy.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
-        self.ltr_.save(path / "ltr")
-        self.head_.save(path / "head")
-        if self.representation == "lm":
-            with atomic_path(path / "lm_pca.safetensors") as tmp:
-                # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
-                save_file({"mean": np.ascontiguousarray(self.lm_mean_),
-                           "components": np.ascontiguousarray(self.lm_components_)}, str(tmp))
-        write_json_atomic(path / "policy.json", meta, indent=2, sort_keys=True)
+        with manifest_last(path, "policy.json") as path:
+            self.ltr_.save(path / "ltr")
+            self.head_.save(path / "head")
+            if self.representation == "lm":
+                write_arrays_atomic(path / "lm_pca.safetensors",
+                                    {"mean": self.lm_mean_, "components": self.lm_components_})
+            write_json_atomic(path / "policy.json", meta, indent=2, sort_keys=True)
         return path
 
     @classmethod

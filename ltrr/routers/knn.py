@@ -26,7 +26,6 @@ the utility matrix).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import atomic_path, plain_json, write_text_atomic
+from ltrr._atomic import manifest_last, plain_json, write_arrays_atomic, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.routers.reference import score_frame, utility_frame
@@ -180,18 +179,11 @@ class KNNRouter(Router):
         """Save into folder ``path``: ``knn.safetensors`` then ``router.json`` (written last)."""
         if not hasattr(self, "index_"):
             raise NotFittedError("KNNRouter is not fitted")
-        from safetensors.numpy import save_file
-
         meta = {"format": KNN_FORMAT, "router": "knn", "ltrr_version": __version__,
                 "params": plain_json(self.get_params(), "KNNRouter params"), "arms": self.arms_}
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "router.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
-        with atomic_path(path / "knn.safetensors") as tmp:
-            # safetensors writes an array's buffer as is: a non-C-ordered array comes back scrambled
-            save_file({"embeddings": np.ascontiguousarray(self.embeddings_),
-                       "utility": np.ascontiguousarray(self.utility_)}, str(tmp))
-        write_text_atomic(path / "router.json", json.dumps(meta, indent=2, sort_keys=True))
+        with manifest_last(path, "router.json") as path:
+            write_arrays_atomic(path / "knn.safetensors", {"embeddings": self.embeddings_, "utility": self.utility_})
+            write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True)
         return path
 
     @classmethod

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from sklearn.exceptions import NotFittedError
 
-from ltrr._atomic import plain_json, sha256_file, write_json_atomic
+from ltrr._atomic import manifest_last, plain_json, sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.rankers.tags import RankerTags, ranker_tags
@@ -335,18 +335,16 @@ class LTRRouter(Router):
             "n_train_queries": self.n_train_queries_,
             "index_corpus_sha256": self._index_corpus(),
         }
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "router.json").unlink(missing_ok=True)  # the folder reads as incomplete until it is
-        self.pipeline_.save(path / "features")
-        self.ranker_.save(path / "ranker")
-        if labelled_with is not None:
-            write_json_atomic(path / GENERATOR_FILE, labelled_with, indent=2, sort_keys=True)
-            self.labelled_with_ = labelled_with
-        else:
-            (path / GENERATOR_FILE).unlink(missing_ok=True)
-        meta["parts"] = _part_digests(path)  # ties router.json to the parts it was saved with
-        write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True)
+        with manifest_last(path, "router.json") as path:
+            self.pipeline_.save(path / "features")
+            self.ranker_.save(path / "ranker")
+            if labelled_with is not None:
+                write_json_atomic(path / GENERATOR_FILE, labelled_with, indent=2, sort_keys=True)
+                self.labelled_with_ = labelled_with
+            else:
+                (path / GENERATOR_FILE).unlink(missing_ok=True)
+            meta["parts"] = _part_digests(path)  # ties router.json to the parts it was saved with
+            write_json_atomic(path / "router.json", meta, indent=2, sort_keys=True)
         return path
 
     def _index_corpus(self) -> str | None:
