@@ -24,6 +24,8 @@ from ltrr.generation import (
     cache_key,
     stats,
 )
+from ltrr.generation.cache import OTHER_CONTEXT
+from ltrr.generation.prebuilt import RecordingGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,6 +196,12 @@ def test_an_answer_made_in_another_context_is_made_again(cache):
     tiny = CachedGenerator(Cutting(context=20), cache)  # an uncut answer that would be cut now
     assert [g.text for g in tiny.generate([short], params)] == ["out:" + "y" * 16]
     assert tiny.generator_calls == 1 and len(cache) == 2  # the new answers replaced the old
+    offline = CachedGenerator(Cutting(context=30), cache, offline=True)  # cut otherwise at 30
+    out = offline.generate([long, "new"], params)
+    assert out[0].error == OTHER_CONTEXT + " (cache only)" and "n_ctx" in out[0].error
+    assert out[1].error == "not in the generation cache (cache only)" and offline.generator_calls == 0
+    with pytest.raises(NotBuiltError, match=r"cached in another context .*label the run again"):
+        RecordingGenerator(Cutting(context=30), cache).generate([long], params)  # the prebuilt export
 
 
 def test_failed_generations_are_not_cached(cache):

@@ -100,7 +100,8 @@ def test_cache_only_replicate_misses_are_failed_items_the_next_label_generates(p
     n_rep = rep["queries"] * 3
     assert summary["failed_items"] == 0 and rep["failed_items"] == n_rep and rep["compared_queries"] == 0
     assert record.endswith(f":failed-{n_rep}")
-    assert f"cache only: {n_rep} items are not in the cache (failed items), {n_rep} of them replicate items" in out
+    assert (f"cache only: {n_rep} items are not served from the cache (missing, or cached in another "
+            f"context: failed items), {n_rep} of them replicate items") in out
     assert f"{n_rep} failed items in {rep['queries']} queries): no (query, arm) pair labelled on both sides" in out
     assert main(["status", str(cfg)]) == 0
     assert f"label     to run         {n_rep} items failed when it ran (ran " in capsys.readouterr().out

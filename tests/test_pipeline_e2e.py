@@ -446,7 +446,7 @@ def test_cli_labels_the_cached_design_part_and_preregisters_before_the_test_part
     cfg.write_text(text + '\n[protocol]\nrankers = ["lambdamart-listwise", "svm-pointwise"]\nn_folds = 3\n')
     # a design part not in the (empty) cache: the design-only choice is refused
     assert main(["retrieve", str(cfg)]) == 0 and main(["label", str(cfg), "--cache-only"]) == 0
-    assert "not in the cache (failed items)" in capsys.readouterr().out
+    assert "not served from the cache (missing, or cached in another context: failed items)" in capsys.readouterr().out
     assert main(["features", str(cfg)]) == 0
     capsys.readouterr()
     assert main(["protocol", str(cfg), "--design-only"]) == 2
@@ -461,7 +461,8 @@ def test_cli_labels_the_cached_design_part_and_preregisters_before_the_test_part
     run.stage_label(only=list(part.train))
     assert main(["label", str(cfg), "--cache-only"]) == 0
     out = capsys.readouterr().out
-    assert "0 generator calls" in out and "items are not in the cache (failed items)" in out
+    assert "0 generator calls" in out
+    assert "items are not served from the cache (missing, or cached in another context: failed items)" in out
     assert json.loads((root / "early" / "stages" / "label.json").read_text())["fingerprint"].split(":")[1].startswith("failed-")
     assert main(["protocol", str(cfg), "--design-only"]) == 0
     out = capsys.readouterr().out

@@ -39,10 +39,16 @@ from ltrr.generation.cache_rows import (
 )
 
 __all__ = ["GenerationCache", "CachedGenerator", "cache_key", "check_cache_file", "is_blank_database", "stats",
-           "SCORE_PARAMS", "held_room"]
+           "SCORE_PARAMS", "OTHER_CONTEXT", "held_room"]
 
 # The decoding parameters of a scoring (teacher-forcing) call: no token is generated.
 SCORE_PARAMS = DecodingParams(max_new_tokens=0)
+
+
+# Why a cached answer is not served: the context it was made in cut its prompt otherwise
+# (`Generator.answer_holds`); the run that may generate makes it again.
+OTHER_CONTEXT = ("cached in another context (this generator's context, llama_cpp n_ctx, cuts the "
+                 "prompt otherwise than the one it was made in)")
 
 
 def held_room(params: DecodingParams, generation: Generation) -> int:
@@ -537,10 +543,10 @@ class CachedGenerator(GeneratorWrapper):
             return call(prompts)
         backend, identity = self.generator.backend, self.generator.identity
         keys = [cache_key(backend, identity, params, p) for p in prompts]
-        found = self.cache.get_many(keys)
+        cached = self.cache.get_many(keys)
         # an answer made in another context (llama.cpp's n_ctx cut its prompt, or would cut it
         # now) is a miss: made again, and it replaces the cached one
-        found = {k: g for k, g in found.items() if self.generator.answer_holds(g, held_room(params, g))}
+        found = {k: g for k, g in cached.items() if self.generator.answer_holds(g, held_room(params, g))}
         out: list[Generation | None] = [None] * len(prompts)
         todo: dict[str, list[int]] = {}
         for i, key in enumerate(keys):
@@ -552,9 +558,10 @@ class CachedGenerator(GeneratorWrapper):
                 todo.setdefault(key, []).append(i)
         pending = list(todo.items())
         if self.offline:
-            for _, idx in pending:
+            for key, idx in pending:
+                error = (OTHER_CONTEXT if key in cached else "not in the generation cache") + " (cache only)"
                 for j in idx:
-                    out[j] = Generation(text="", error="not in the generation cache (cache only)")
+                    out[j] = Generation(text="", error=error)
             return out  # type: ignore[return-value]
         for start in range(0, len(pending), self.batch_size):
             batch = pending[start : start + self.batch_size]

@@ -53,7 +53,7 @@ from ltrr._atomic import atomic_path, write_json_atomic
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._limits import MAX_LINE_BYTES  # a record's longest line; a longer one is refused as read
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
-from ltrr.generation.cache import GenerationCache, cache_key, held_room
+from ltrr.generation.cache import OTHER_CONTEXT, GenerationCache, cache_key, held_room
 from ltrr.generation.cache_rows import KEY_PATTERN, is_int, is_number
 
 __all__ = ["SUFFIXES", "MAX_LINE_BYTES", "XZ_MEMLIMIT", "RecordingGenerator", "write_prebuilt", "read_prebuilt",
@@ -243,8 +243,10 @@ class RecordingGenerator(GeneratorWrapper):
         out = []
         for key, prompt in zip(keys, prompts, strict=True):
             gen = found.get(key)
-            if gen is None or not self.generator.answer_holds(gen, held_room(params, gen)):
+            if gen is None:
                 raise NotBuiltError("a prompt of this run is not in the generation cache; label the run first (ltrr label)")
+            if not self.generator.answer_holds(gen, held_room(params, gen)):
+                raise NotBuiltError(f"a prompt of this run was {OTHER_CONTEXT}; label the run again (ltrr label)")
             self.records[key] = {
                 "key": key, "backend": backend, "identity": identity, "params": params.to_dict(),
                 "prompt": prompt, "text": gen.text, "prompt_tokens": gen.prompt_tokens,

@@ -370,7 +370,8 @@ def label_stage(run: RunContext, *, force: bool = False, use_cache: bool | None 
     failed = total_failed_items(summary)
     if cache_only and failed:
         rep_failed = failed - int(summary.get("failed_items", 0))
-        run.log(f"[label] cache only: {failed} items are not in the cache (failed items)"
+        run.log(f"[label] cache only: {failed} items are not served from the cache "
+                "(missing, or cached in another context: failed items)"
                 + (f", {rep_failed} of them replicate items" if rep_failed else "")
                 + "; `ltrr label` without --cache-only generates them")
     # A failure does not make the stage fresh: it is recorded under another fingerprint, so the
