@@ -423,8 +423,9 @@ class LlamaCppGenerator(Generator):
                 for j, token in enumerate(chunk):
                     batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, i + j, 1
                     batch.seq_id[j][0] = 0
-                    batch.logits[j] = first <= i + j < len(full) - 1
-                    if batch.logits[j]:
+                    keep = first <= i + j < len(full) - 1
+                    batch.logits[j] = keep
+                    if keep:
                         wanted.append(j)
                 batch.logits[len(chunk) - 1] = True  # as Llama.eval flags it
                 status = lc.llama_decode(llama.ctx, batch)
