@@ -120,8 +120,14 @@ def test_status_pools_the_label_shards_progress_snapshots(env, capsys, monkeypat
     from ltrr.pipeline import Run
     from ltrr.pipeline.labels import label_fingerprint
     from ltrr.progress import StageProgress, progress_path
+    from _tiny_llm import save_tiny_llm
 
     cfg, _ = _tiny(env)
+    # a tiny random model answers: the snapshots are the point here, not the answers (the
+    # packaged one took 50 s of loading)
+    save_tiny_llm(env / "tiny-llm")
+    cfg.write_text(cfg.read_text() + f'\n[generation]\nbackend = "transformers"\nmodel = "{env / "tiny-llm"}"\n'
+                   'template = "short_answer"\nmax_new_tokens = 4\n')
     assert main(["index", str(cfg)]) == 0 and main(["retrieve", str(cfg)]) == 0
     run = Run(load_config(str(cfg)))
     record, fp = run.stage_record("label"), label_fingerprint(run)

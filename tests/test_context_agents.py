@@ -364,6 +364,7 @@ def _config(root: Path, ds: Path, name: str) -> Path:
     return cfg
 
 
+@pytest.mark.slow  # the whole `ltrr run`
 def test_ltrr_run_runs_the_context_stage_only_when_enabled(project, capsys):
     """`[context] enabled = true` adds the multi-agent loop's stage to `ltrr run` (after train,
     before the headline); without it `ltrr run` runs no loop. The agent stage is registered
@@ -386,6 +387,7 @@ def test_ltrr_run_runs_the_context_stage_only_when_enabled(project, capsys):
     assert (root / "st" / "context" / "agents.csv").is_file()
 
 
+@pytest.mark.slow  # end to end
 def test_context_run_cli_end_to_end(project, capsys):
     from ltrr.cli import main
 
@@ -456,6 +458,7 @@ def test_context_run_cli_end_to_end(project, capsys):
     assert sorted(got["strategy"].unique()) == ["closed-book", "full-context", "rcr-iterative"]
 
 
+@pytest.mark.slow  # the whole `ltrr run`, then `ltrr context run`
 def test_the_searcher_routes_with_a_router_held_out_from_the_test_part(project, capsys):
     """By default `ltrr context run` routes with the router fitted on the protocol's design part
     alone (models/<ranker>-design), fitting it when it is missing, as `ltrr train --part design`

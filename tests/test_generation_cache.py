@@ -335,6 +335,7 @@ def _opener(path: str, barrier) -> None:
     cache.close()
 
 
+@pytest.mark.slow  # 320 process starts
 def test_processes_creating_the_same_cache_at_once_all_open_it(tmp_path):
     """Eight processes open one new cache file at the same instant, 40 times: each opens it. (SQLite
     answers "database is locked" at once, without its busy handler, to a process that loses the

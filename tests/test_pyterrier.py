@@ -172,6 +172,7 @@ def test_arm_mapping_must_cover_every_arm_the_router_can_choose(trained):
     assert list(LTRRouterTransformer(folder, mapping).arms) == ["bm25", "bm25+stoch", "dense"]
 
 
+@pytest.mark.slow  # executes the notebook end to end
 @pytest.mark.parametrize("design", [False, True], ids=["defaults-in-sample", "design-router"])
 def test_notebook_runs(trained, tmp_path, monkeypatch, design):
     """The notebook on the tiny router, measured at the arms' k (5 here). With its default paths,

@@ -10,7 +10,7 @@ import contextlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
@@ -76,7 +76,10 @@ class DecodingParams:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready mapping (``stop`` as a list), as the cache key holds them."""
-        d = asdict(self)
+        # every field is a scalar but ``stop``: a shallow read gives what `dataclasses.asdict`
+        # gave at a seventh of its cost (its recursive deep copy was a third of importing the
+        # shipped demo cache, which hashes every entry's key again)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["stop"] = list(self.stop)
         return d
 
