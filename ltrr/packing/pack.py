@@ -53,7 +53,8 @@ def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: in
     """
     if not isinstance(top_m, int) or top_m < 1:
         raise ConfigError(f"top_m must be a positive integer, got {top_m!r}")
-    arms = [a for a in arm_order if a in set(results["arm"])][:top_m]
+    present = set(results["arm"])
+    arms = [a for a in arm_order if a in present][:top_m]
     rows, seen = [], set()
     for ai, arm in enumerate(arms, start=1):
         for r in results[results["arm"] == arm].sort_values("rank").itertuples():
