@@ -19,10 +19,11 @@ import argparse
 import io
 from pathlib import Path
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np
 import pandas as pd
-
-import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
 
 
 def confidence(run, qids: list[str], *, chunk: int = 64, done: pd.DataFrame | None = None,

@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np
 
 OUT = Path(__file__).resolve().parent / "results" / "dask_ranker.json"

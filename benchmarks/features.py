@@ -34,6 +34,9 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np  # noqa: E402
 
 from ltrr.data.io import data_root, load_dataset, write_text_atomic  # noqa: E402

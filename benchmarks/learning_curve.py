@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np
 import pandas as pd
-
-import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
 
 FRACTIONS = (0.125, 0.25, 0.5, 0.75, 1.0)
 

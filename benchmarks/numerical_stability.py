@@ -43,10 +43,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np
 import pandas as pd
-
-import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
 
 EPS = 1e-7
 FLOAT_POST = ("overall_sim", "avg_sim", "max_sim", "var_sim", "moran", "cross_ret_sim")

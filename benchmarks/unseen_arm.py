@@ -40,6 +40,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np
 
 

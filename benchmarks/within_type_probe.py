@@ -39,10 +39,11 @@ import argparse
 import re
 from pathlib import Path
 
+import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+
+# isort: split
 import numpy as np
 import pandas as pd
-
-import ltrr  # noqa: F401  (first: it pins the CPU kernels before numpy's users load)
 
 EXTRA = ["ret_score", "ret_score_z", "doc_consensus", "n_distinct_docs", "sparse_dense_agree"]
 BOOK = ["cb_support", "cb_support_max", "cb_new_tokens"]
