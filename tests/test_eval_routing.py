@@ -591,3 +591,33 @@ def test_a_missing_headroom_ci_says_so_and_the_queries_with_headroom_are_counted
     assert "CI n/a where more than half of the bootstrap resamples" in report_markdown(ev)
     old = headroom_table(t.drop(columns="n_headroom"))  # a results.csv from before the column
     assert "test queries with headroom" not in old.index
+
+
+def test_a_router_whose_scores_always_tie_and_routers_that_choose_alike_are_said():
+    """A train-free router whose feature is constant within every query (VarSim on one passage
+    per arm) chooses by the tie-break alone; two routers with the same choices are one router.
+    Both are found from what they predicted and said under the tables; a router that ties on one
+    split only, or gives choices, is not listed."""
+    from ltrr.eval.report import report_notes
+    from ltrr.eval.routing import same_choice_groups, tie_only_routers
+
+    queries, U = _dataset(30)
+    splits = make_splits(queries, ["balanced", "leave-one-type-out"], random_state=0)
+    preds = _predict(queries, U, splits)
+    first = next(iter(preds))
+    for name, p in preds.items():
+        flat = pd.DataFrame(0.0, index=p["type-rule"].index, columns=ARMS).assign(none=-np.inf)
+        p["varsim"] = flat
+        p["copy"] = p["type-rule"] * 2.0  # other scores, the same choices
+        # ties on the first split only: not listed
+        p["sometimes"] = flat if name == first else p["type-rule"]
+    assert tie_only_routers(preds) == ["varsim"]
+    ev = evaluate_splits(U, splits, preds, costs=COSTS, no_retrieval="none", queries=queries, n_resamples=50)
+    assert ev.meta["tie_only"] == ["varsim"]
+    assert ev.meta["same_choices"] == [["type-rule", "copy"]]
+    assert same_choice_groups(ev.per_query) == [["type-rule", "copy"], ["always-bm25", "varsim"]]
+    notes = report_notes(ev)
+    tie = [n for n in notes if n.startswith("varsim scores every arm")]
+    assert len(tie) == 1 and "(bm25 on every query)" in tie[0]
+    assert "type-rule and copy choose the same arm on every test query of every split: their rows are one router's." in notes
+    assert not any(n.startswith(("sometimes", "always-bm25")) for n in notes)

@@ -255,8 +255,26 @@ def report_notes(ev: Evaluation) -> list[str]:
             "under generator noise alone by more than the oracle gains over the best single arm on "
             "average, so a router's gain needs many queries (its p-value) to be told from noise."
         )
+    if tied := ev.meta.get("tie_only"):
+        chosen = ev.per_query.loc[ev.per_query["router"].isin(tied), "chosen"].astype(str).unique().tolist()
+        arms = f"{chosen[0]} on every query" if len(chosen) == 1 else f"arms {_names(sorted(chosen))}"
+        notes.append(
+            f"{_names(tied)} {'scores' if len(tied) == 1 else 'score'} every arm of each test query alike on "
+            f"every split, so the tie-break alone chooses ({arms}): read those rows as the tie-break's, "
+            "not as a test of the router (a train-free router's feature is constant within a query "
+            "when, say, each arm passes one passage: VarSim is then 0 and Moran's I 0)."
+        )
+    for group in ev.meta.get("same_choices", []):
+        notes.append(f"{_names(group)} choose the same arm on every test query of every split: their "
+                     "rows are one router's.")
     notes += [f"warning: {w}" for w in ev.meta.get("warnings", [])]
     return notes
+
+
+def _names(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    names = [str(n) for n in names]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def pvalue_table(table: pd.DataFrame, splits: Sequence[str] | None = None) -> pd.DataFrame:

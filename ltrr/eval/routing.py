@@ -78,9 +78,75 @@ __all__ = [
     "evaluate_routers",
     "evaluate_splits",
     "by_type",
+    "tie_only_routers",
+    "same_choice_groups",
     "Evaluation",
     "RESULT_COLUMNS",
 ]
+
+
+def tie_only_routers(predictions: Mapping[str, Mapping[str, object]]) -> list[str]:
+    """The routers whose scores tie on every query of every split: each query's finite scores are
+    one value, so the router chooses by the tie-break alone (the first such arm in the arm order).
+
+    A train-free router's feature can be constant within every query (VarSim is 0 and Moran's I
+    is 0 when each arm passes one passage); its rows are then the tie-break arm's, not a test of
+    the router.
+
+    Parameters
+    ----------
+    predictions : mapping split name -> {router name -> choices or scores}
+        As `evaluate_splits` takes them; a router given as choices, not scores, is never listed.
+
+    Returns
+    -------
+    list of str
+        The routers, in first-appearance order.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> flat = pd.DataFrame({"a": [0.0, 0.0], "b": [0.0, 0.0], "none": [float("-inf")] * 2})
+    >>> tie_only_routers({"s": {"flat": flat, "rises": flat.assign(b=[1.0, 0.0])}})
+    ['flat']
+    """
+    names: dict[str, bool] = {}
+    for routers in predictions.values():
+        for name, out in routers.items():
+            if not isinstance(out, pd.DataFrame):
+                names[name] = False
+                continue
+            v = out.to_numpy(dtype=np.float64)
+            fin = np.isfinite(v)
+            hi = np.where(fin, v, -np.inf).max(axis=1)
+            lo = np.where(fin, v, np.inf).min(axis=1)
+            tied = bool(np.all(~fin.any(axis=1) | (hi == lo)))
+            names[name] = names.get(name, True) and tied
+    return [n for n, tied in names.items() if tied]
+
+
+def same_choice_groups(per_query: pd.DataFrame, exclude: Sequence[str] = ()) -> list[list[str]]:
+    """Groups of two or more routers that choose the same arm on every (split, query).
+
+    Parameters
+    ----------
+    per_query : DataFrame
+        `Evaluation.per_query` (``split``, ``router``, ``qid``, ``chosen``).
+    exclude : sequence of str
+        Routers left out (say, `tie_only_routers`' list).
+
+    Returns
+    -------
+    list of list of str
+        Each group's routers; groups and their members in first-appearance order. Their rows
+        are one router's.
+    """
+    pq = per_query[~per_query["router"].isin(list(exclude))]
+    seen: dict[tuple, list[str]] = {}
+    for name, rows in pq.groupby("router", sort=False):
+        key = tuple(rows.sort_values(["split", "qid"])[["split", "qid", "chosen"]].astype(str).itertuples(index=False))
+        seen.setdefault(key, []).append(str(name))
+    return [g for g in seen.values() if len(g) > 1]
 def _row(
     split: str, family: str, router: str, n_train: int, summary: dict, pooled: bool = False
 ) -> dict:
@@ -495,7 +561,9 @@ def evaluate_splits(
         "random_state": seed,
         "no_retrieval": no_retrieval,
         "arms": list(U.columns),
+        "tie_only": tie_only_routers(predictions),
     }
+    meta["same_choices"] = same_choice_groups(per_query, exclude=meta["tie_only"])
     return Evaluation(
         table=table,
         per_query=per_query,
