@@ -337,7 +337,11 @@ def extract_raw(
     k : int or None
         Passages per arm used (the best ``k`` by rank); None uses all rows.
     query_embeddings : ndarray of shape (n_queries, dim), optional
-        Precomputed query embeddings, rows in ``queries`` order (skips encoding).
+        Precomputed query embeddings, rows in ``queries`` order (skips encoding). They are
+        normalised to unit length in float64 first. A `RawFeatures.query_embeddings` holds the
+        float32 of those unit vectors, not the encoder's output, so features made from it equal
+        the encoding run's to float32 rounding only (the similarities differed by up to 7e-9 on
+        the demo), not bit for bit.
     query_type : str or classifier
         A name in `ltrr.features.query_type_classifiers` or a fitted classifier with
         ``predict(questions)``; a trained classifier must be fit on training queries only.
