@@ -185,5 +185,6 @@ def main(argv=None) -> int:
     write_results(a.out, res, markdown(res))
     return 0
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

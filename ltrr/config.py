@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["Config", "load_config", "packaged_configs", "SCHEMA", "RUN_GENERATION_KEYS", "backend_settings",  # noqa: F822
            "validate", "section_classes", "RunSection", "LabelsSection", "FeaturesSection", "TrainSection"]
 
+
 @section("run")
 class RunSection(Section):
     """The ``[run]`` table: the run's name, its seed and its folder."""

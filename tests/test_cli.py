@@ -116,11 +116,12 @@ def test_status_pools_the_label_shards_progress_snapshots(env, capsys, monkeypat
     """Each ``ltrr label --shard I/N`` process writes its own snapshot (none for the whole stage),
     removed when it ends; ``ltrr status`` pools the shards': running while one runs, then how far the
     stopped ones got."""
+    from _tiny_llm import save_tiny_llm
+
     from ltrr.config import load_config
     from ltrr.pipeline import Run
     from ltrr.pipeline.labels import label_fingerprint
     from ltrr.progress import StageProgress, progress_path
-    from _tiny_llm import save_tiny_llm
 
     cfg, _ = _tiny(env)
     # a tiny random model answers: the snapshots are the point here, not the answers (the

@@ -352,6 +352,7 @@ def test_packed_context_in_serving_and_route_answer(trained, capsys):
     assert main(["route", str(model), q, "--token-budget", "64"]) == 2
     assert "add --answer" in capsys.readouterr().err
     # a prompt budget that drops a passage: the result lists what the prompt held, and says so
+
     class Small(type(reader)):
         context_length = 90  # the 33-token packed context fits the packing; the prompt around it does not
 

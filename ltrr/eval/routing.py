@@ -147,6 +147,8 @@ def same_choice_groups(per_query: pd.DataFrame, exclude: Sequence[str] = ()) -> 
         key = tuple(rows.sort_values(["split", "qid"])[["split", "qid", "chosen"]].astype(str).itertuples(index=False))
         seen.setdefault(key, []).append(str(name))
     return [g for g in seen.values() if len(g) > 1]
+
+
 def _row(
     split: str, family: str, router: str, n_train: int, summary: dict, pooled: bool = False
 ) -> dict:

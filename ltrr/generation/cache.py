@@ -56,6 +56,7 @@ def held_room(params: DecodingParams, generation: Generation) -> int:
     generation, the continuation's tokens for a likelihood score (keyed with `SCORE_PARAMS`)."""
     return generation.completion_tokens if params == SCORE_PARAMS else params.max_new_tokens
 
+
 # SQLite's default limit on host parameters is 999 in old builds; stay well under it.
 _LOOKUP_CHUNK = 500
 

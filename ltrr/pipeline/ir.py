@@ -32,6 +32,7 @@ def retrieval_measures(run: RunContext) -> list[str]:
         raise type(exc)(f"[eval] retrieval_measures: {exc}") from None
     return out
 
+
 def retrieval_report(run: RunContext) -> dict[str, pd.DataFrame] | None:
     """ir_measures tables per query type and arm (needs qrels), one per measure; written as
     ``reports/retrieval.md`` and ``reports/retrieval.csv`` (long: measure, qtype, arm, value)."""
@@ -50,6 +51,7 @@ def retrieval_report(run: RunContext) -> dict[str, pd.DataFrame] | None:
     write_text_atomic(out / "retrieval.csv", long[["measure", "qtype", "arm", "value"]].to_csv(index=False))
     write_text_atomic(out / "retrieval.md", "".join(f"### {m}\n\n{markdown_table(t)}\n\n" for m, t in tables.items()))
     return tables
+
 
 def write_trec(run: RunContext, folder: str | Path, *, router: str | Path | None = None) -> dict[str, Path]:
     """Write the retrieve stage's run of every arm as ``folder/<arm>.trec`` (the arm as tag),

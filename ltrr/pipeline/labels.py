@@ -18,7 +18,6 @@ __all__ = ["label_stage", "label_fingerprint", "label_fresh", "replicate_failed_
            "export_generations", "check_label_settings", "check_config_names"]
 
 
-
 def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, template, **kwargs):
     """`ltrr.labels.label_queries` with the run's own settings: its seed, the ``[generation]``
     chunk size, prompt-token cap and decoding parameters of ``template``, and every arm of its pool."""
@@ -29,6 +28,7 @@ def _label(run: RunContext, queries: pd.DataFrame, results: pd.DataFrame, *, tem
     return label_queries(queries, results, template=template, seed=run.config.seed,
                          chunk_size=gcfg.chunk_size, max_prompt_tokens=gcfg.max_prompt_tokens or None,
                          params=template.default_params(max_new_tokens=gcfg.max_new_tokens), **kwargs)
+
 
 def _progress(run: RunContext, fingerprint: str, phase: str, total: int, *, whole: bool,
               shard: tuple[int, int] | None = None):
@@ -398,6 +398,7 @@ def replicate_queries(run: RunContext, queries: pd.DataFrame) -> pd.DataFrame:
                                  random_state=run.config.seed)
     return queries[queries["qid"].astype(str).isin(set(part.test))].reset_index(drop=True)
 
+
 def label_replicate(run: RunContext, queries, results, arms, no_retrieval, generator, scorer, metric, extra_scorers,
                      main: pd.DataFrame, only: set[str] | None = None,
                      shard: tuple[int, int] | None = None) -> dict:
@@ -441,6 +442,7 @@ def label_replicate(run: RunContext, queries, results, arms, no_retrieval, gener
             "mean_abs_diff": float(diff.mean()) if len(diff) else float("nan"),
             "disagreement_rate": float((diff > 1e-9).mean()) if len(diff) else float("nan"),
             "seconds": round(time.perf_counter() - t0, 1)}
+
 
 def export_generations(run: RunContext, out: Path) -> dict:
     """Export exactly the generations the labelled run used (with prompts) as a prebuilt cache."""

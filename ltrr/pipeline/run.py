@@ -56,8 +56,6 @@ __all__ = ["Run", "STAGES"]
 STAGES = ("data", "index", "retrieve", "label", "features", "eval", "train")
 
 
-
-
 class Run:
     """One configured run: resolves paths, runs stages, skips up-to-date ones.
 

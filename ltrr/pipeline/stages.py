@@ -441,6 +441,8 @@ _register(Stage("policy", "policy train", _stage_policy, _policy_outputs, report
                 configured=_policy_enabled, inputs=_policy_fingerprint))
 _register(Stage("context", "context run", _stage_context, lambda run: [run.workdir / "context" / "agents.csv"],
                 report=_context_report, configured=lambda run: bool(run.config.context.enabled)))
+
+
 def _agent_outputs(run: Run) -> list[Path]:
     policy = run.config.agent.policy
     return [run.workdir / "agent" / f"eval-{Path(policy).name if policy else 'sft'}" / "eval.json"]

@@ -151,6 +151,7 @@ def corpus_embeddings(
     """
     texts = [str(t) for t in texts]
     say = log or (lambda m: None)
+
     def encode() -> np.ndarray:
         out = encoder.encode_passages(texts, batch_size=batch_size, show_progress=show_progress)
         return np.ascontiguousarray(out, dtype=np.float32)

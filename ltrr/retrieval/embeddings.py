@@ -15,6 +15,7 @@ from ltrr._errors import DataError
 
 __all__ = ["EmbeddingSource"]
 
+
 class EmbeddingSource:
     """Document embeddings for rerankers and features, without encoding twice.
 

@@ -56,13 +56,12 @@ from ltrr.retrieval.base import (
     validate_corpus,
     validate_queries,
 )
-from ltrr.retrieval.base import (
-    retrievers as retriever_registry,
-)
+from ltrr.retrieval.base import retrievers as retriever_registry
 from ltrr.retrieval.rerank import EmbeddingSource, Reranker
 from ltrr.retrieval.rerank import rerankers as reranker_registry
 
 __all__ = ["Arm", "Pool", "default_pool_config", "POOL_COLUMNS", "NO_RETRIEVAL"]
+
 
 def _reraise(where: str, exc: ConfigError) -> ConfigError:
     return ConfigError(f"{where}: {exc}")
