@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import importlib.resources
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,7 +154,7 @@ RUN_GENERATION_KEYS = ("template", "max_new_tokens", "cache", "use_cache", "chun
                        "prebuilt", "context_budget")
 
 
-def backend_settings(generation: dict) -> dict:
+def backend_settings(generation: Mapping[str, Any]) -> dict:
     """The keys of a ``[generation]`` table that configure the generator backend: all but
     `RUN_GENERATION_KEYS`, which the run, the policy and the agent read themselves."""
     return {k: v for k, v in generation.items() if k not in RUN_GENERATION_KEYS}
@@ -193,7 +194,7 @@ def _parse(text: str, suffix: str, where: str) -> dict:
         try:
             import tomllib
         except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-            import tomli as tomllib
+            import tomli as tomllib  # type: ignore[no-redef]
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -317,7 +317,7 @@ def summarise(labels: pd.DataFrame, noise: pd.DataFrame | None, *, seed: int = 0
     best = max(measured, key=lambda a: arms[a]["mean"]) if measured else None
     oracle = float(complete.max(axis=1).mean()) if len(complete) else float("nan")
     per_q = labels.groupby("qid").agg(tie=("tie", "first"), failed=("failed", "any"))
-    out = {
+    out: dict[str, Any] = {
         "queries": int(labels["qid"].nunique()),
         "labelled_queries": int(len(complete)),
         "failed_items": int(labels["failed"].sum()),

@@ -80,7 +80,9 @@ def describe_shards(record: str | Path, fingerprint: str | None = None, *,
     for path in sorted(record.parent.glob(f"{record.stem}.shard-*-of-*{PROGRESS_SUFFIX}")):
         doc = read_progress(path)
         if doc is not None and (fingerprint is None or doc.get("fingerprint") == fingerprint):
-            docs.append((doc, describe_progress(doc, now=now)[0]))
+            described = describe_progress(doc, now=now)  # never None for a snapshot
+            if described is not None:
+                docs.append((doc, described[0]))
     if not docs:
         return None
     done, total = sum(int(d["done"]) for d, _ in docs), sum(int(d["total"]) for d, _ in docs)
@@ -154,7 +156,7 @@ class StageProgress:
 
     @staticmethod
     def _mine(doc: dict | None) -> bool:
-        return bool(doc) and doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname()
+        return doc is not None and doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname()
 
     def update(self, n: int = 1) -> None:
         """Count ``n`` more items done; write a snapshot if ``every_s`` has passed since the last."""

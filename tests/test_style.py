@@ -1,6 +1,7 @@
-"""The part of the house style a linter can hold: ruff with the rules of pyproject.toml
+"""The part of the house style a tool can hold: ruff with the rules of pyproject.toml
 (``[tool.ruff]``: pycodestyle, pyflakes, isort, bugbear, pyupgrade, and pycodestyle's blank-line
-rules, which ruff keeps in preview) over the package, the tests, the benchmarks and the notebooks.
+rules, which ruff keeps in preview) over the package, the tests, the benchmarks and the notebooks;
+and mypy over the package (``[tool.mypy]``), in the slow tier (about 80 s without its cache).
 
 The import order that the CPU-kernel pins need (ltrr before numpy, `test_architecture`) is kept
 beside isort's by an ``# isort: split`` comment after ``import ltrr``.
@@ -12,6 +13,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,3 +47,31 @@ def test_the_ruff_check_finds_each_kind_of_break(tmp_path):
     rc, found = ruff_check(tmp_path)
     assert rc == 1
     assert sorted(f.split()[1] for f in found) == ["E302", "E305", "F401", "I001"], found
+
+
+def mypy_check(folder: Path, *targets: str) -> tuple[int, list[str]]:
+    """mypy under the pyproject.toml that ``folder`` holds (its ``files`` unless ``targets``):
+    its exit status and its error lines."""
+    res = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", *targets], cwd=folder,
+                         capture_output=True, text=True)
+    if res.returncode not in (0, 1):  # 2: mypy itself failed (a bad setting, say)
+        raise RuntimeError(f"mypy failed: {res.stdout[-2000:]}{res.stderr[-2000:]}")
+    return res.returncode, [line for line in res.stdout.splitlines() if ": error:" in line]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_package_type_checks():
+    rc, errors = mypy_check(ROOT)
+    assert (rc, errors) == (0, []), "\n".join(errors[:50])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_type_check_finds_a_wrong_type(tmp_path):
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"),
+                                             encoding="utf-8")
+    (tmp_path / "bad.py").write_text("def f(x: int) -> str:\n    return x\n", encoding="utf-8")
+    rc, errors = mypy_check(tmp_path, "bad.py")
+    assert rc == 1
+    assert len(errors) == 1 and "[return-value]" in errors[0], errors

@@ -217,8 +217,12 @@ def evaluate_agent(run, *, policy: str | None = None, n: int | None = None, hold
     snapshot = StageProgress(progress_path(run.stage_record("agent")), fingerprint=out.name,
                              phase=f"agent eval ({out.name})", total=len(qids))
     with tqdm(total=len(qids), disable=not show_progress, desc="rollouts") as bar, snapshot:
+        def advance(n: int = 1) -> None:
+            bar.update(n)
+            snapshot.update(n)
+
         trajs = rollout_many([(lp, str(queries.loc[q, "question"]), q, None) for lp, q in zip(loops, qids, strict=True)],
-                             batch=acfg.rollout_batch, progress=lambda n=1: (bar.update(n), snapshot.update(n)))
+                             batch=acfg.rollout_batch, progress=advance)
     raise_on_model_errors(trajs, "agent eval")
     seconds = time.perf_counter() - t0
     score_trajectories(trajs, gold, arm_costs=run.pool.costs, normaliser=normaliser, alpha=acfg.alpha,

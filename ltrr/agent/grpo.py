@@ -287,8 +287,8 @@ class RouterRollouts:
         model = trainer.accelerator.unwrap_model(trainer.model)
         step = int(trainer.state.global_step)
         self.batch = []
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": None, "env_mask": [],
-                                "rollout_index": []}
+        out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "logprobs": None, "env_mask": [],
+                               "rollout_index": []}
         jobs = []
         for i, (prompt, qid) in enumerate(zip(prompts, qids, strict=True)):
             loop = self.loop_for(qid)
@@ -340,7 +340,7 @@ class RouterRollouts:
         return [float(x) for x in totals]
 
 
-def _trainer_classes():
+def _trainer_classes() -> tuple[Any, Any, Any, Any]:
     try:
         from transformers import PrinterCallback, TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
@@ -515,7 +515,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                       disable_tqdm=not show_progress, dataloader_num_workers=0, log_completions=False,
                       max_completion_length=policy.context_length, remove_unused_columns=False)
 
-    class _Checkpointed(TrainerCallback):
+    class _Checkpointed(TrainerCallback):  # type: ignore[misc,valid-type]  # imported at call time
         """Saves the cost window and the per-step log with each checkpoint, and logs a line."""
 
         def on_save(self, args, state, control, **kw):
@@ -532,7 +532,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                     f"searches {logs.get('router/searches', float('nan')):.2f} "
                     f"zero-adv {logs.get('frac_reward_zero_std', float('nan')):.2f}")
 
-    class _Deadline(TrainerCallback):
+    class _Deadline(TrainerCallback):  # type: ignore[misc,valid-type]  # imported at call time
         """Stops at a checkpoint when the next step, as long as the longest so far, would end
         after ``time_budget``."""
 
@@ -557,6 +557,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
         shutil.rmtree(tmp)
     t0 = time.perf_counter()
     state = TrainerState.load_from_json(str(last / "trainer_state.json")) if last is not None else None
+    adapter: dict | None
     if last is not None and state is not None and state.global_step >= spec.steps:
         # a finished run: transformers resuming at max_steps in mid-epoch takes one step more, so
         # the policy is the last checkpoint's

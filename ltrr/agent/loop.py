@@ -89,7 +89,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ltrr._errors import ConfigError, DataError, LtrrError
 from ltrr.agent.backends import Continuation, ContinuationLM
@@ -447,7 +447,7 @@ class AgentLoop:
         return traj
 
     @staticmethod
-    def _names(arms: Sequence[Any]) -> list[str]:
+    def _names(arms: Sequence[Any]) -> list[Any]:
         return [a.get("name") if isinstance(a, Mapping) else getattr(a, "name", a) for a in arms]
 
     def _presented(self) -> tuple[list[Any], Mapping[str, Mapping[str, float]] | None, dict[str, str]]:
@@ -509,9 +509,10 @@ class AgentLoop:
             state.traj.searches.append(Search(arm=arm, query=query, valid=False, reason=error))
             state.flag("invalid_search")
             return
+        arm = cast(str, arm)  # a valid call names an arm (`parse_search`)
         arm = state.traj.shown_arms.get(arm, arm)  # the pool arm behind a shown name
         try:
-            hits = self.search(arm, query, self.k)  # type: ignore[arg-type]
+            hits = self.search(arm, query, self.k)
         except LtrrError as exc:
             n, _ = state.inject_information(FAILED_CALL, self.max_obs_tokens)
             state.traj.searches.append(Search(arm=arm, query=query, valid=False,

@@ -84,7 +84,7 @@ def check_adapter_fields(spec: Any, where: str) -> None:
         raise ConfigError(f"{where}.lora_dropout must be below 1, got {spec.lora_dropout!r}")
 
 
-def device_args(lm: TransformersLM) -> dict[str, bool]:
+def device_args(lm: TransformersLM) -> dict[str, Any]:
     """The trainers' device settings for ``lm``: ``use_cpu``, and activation (gradient)
     checkpointing only off the CPU. Checkpointing trades a second forward pass for memory; on
     a CPU the memory is not the limit and the gradients are bit for bit the same without it
@@ -488,8 +488,9 @@ def export_run(folder: str | os.PathLike[str], dest: str | os.PathLike[str]) -> 
         ref = json.loads((tmp / BASE_FILE).read_text())
         ref["relpath"] = os.path.relpath(ref["path"], dest.resolve())
         (tmp / BASE_FILE).write_text(json.dumps(ref, indent=1) + "\n")
-    marker = None if last is None else _marker(last)
+    marker: str | None = None
     if last is not None:
+        marker = _marker(last)
         out = tmp / "checkpoints" / last.name
         out.mkdir(parents=True)
         shutil.copy2(src / "checkpoints" / "inputs.json", tmp / "checkpoints" / "inputs.json")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -249,10 +249,10 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     chunk = max(1, roll.rollout_batch // g)  # questions sampled together (one batch of rollouts)
     with tqdm(total=len(picked) * g, desc="rft samples", disable=not show_progress) as bar:
         bar.update(min(len(done), len(picked) * g))
-        for start in range(len(done) // g, len(picked), chunk):
+        for first in range(len(done) // g, len(picked), chunk):
             # seeds from "steps" 10**6 + j: never a GRPO step's
             jobs = [(roll.loop_for(qid), text, qid, sample_seed(run.config.seed, 10**6 + j, i))
-                    for j, (qid, text, _) in enumerate(picked[start:start + chunk], start) for i in range(g)]
+                    for j, (qid, text, _) in enumerate(picked[first:first + chunk], first) for i in range(g)]
             group = rollout_many(jobs, batch=roll.rollout_batch, progress=bar.update)
             raise_on_model_errors(group, "rejection sampling")  # the samples so far are kept
             done += group
@@ -261,12 +261,13 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     for group in groups:
         roll.batch = group
         rewards = roll.reward([t.question for t in group], [None] * len(group), list(range(len(group))))
-        good = [(r, -t.rewards["cost"], i) for i, (r, t) in enumerate(zip(rewards, group, strict=True))
-                if t.rewards["format"] == 0 and t.rewards["outcome"] >= roll.correct_threshold]
+        scored = [cast(dict, t.rewards) for t in group]  # roll.reward has set every one
+        good = [(r, -s["cost"], i) for i, (r, s) in enumerate(zip(rewards, scored, strict=True))
+                if s["format"] == 0 and s["outcome"] >= roll.correct_threshold]
         if good:
             kept.append(group[max(good)[2]])
     log(f"[agent rft] {len(groups) * spec.group_size} samples of {len(groups)} questions; kept {len(kept)} "
-        f"correct ones (format-valid {np.mean([t.rewards['format'] == 0 for grp in groups for t in grp]):.2f})")
+        f"correct ones (format-valid {np.mean([cast(dict, t.rewards)['format'] == 0 for grp in groups for t in grp]):.2f})")
     if not kept:
         raise DataError("rejection sampling kept no correct rollout; nothing to fine-tune on")
     sft = SFTSpec.from_mapping(run.config.agent.sft)

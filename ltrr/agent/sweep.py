@@ -66,7 +66,7 @@ def alpha_of(doc: dict, folder: str | Path) -> float:
         raise DataError(f"{path}: no numeric alpha") from None
 
 
-def slope(alphas: Sequence[float], values: np.ndarray) -> float:
+def slope(alphas: Sequence[float] | np.ndarray, values: np.ndarray) -> float:
     """Least-squares slope of the column means of ``values`` (questions x alphas) on ``alphas``."""
     a = np.asarray(alphas, dtype=float)
     means = np.asarray(values, dtype=float).mean(axis=0)

@@ -85,7 +85,7 @@ def write_datasheet(cfg, folder: Path, *, datasheet: str | None, log) -> str:
     measures = expand_measures(DATASHEET_MEASURES, [a.k for a in pool.arms if not a.is_no_retrieval])
     retrieving = [a.name for a in pool.arms if not a.is_no_retrieval]
     tables = measure_tables(results, ds.queries, ds.qrels, measures, arms=retrieving)
-    fams = {}
+    fams: dict[str, str] = {}
     for arm in pool.arms:
         if arm.is_no_retrieval or arm.is_packed or arm.reranker not in (None, "none"):
             continue

@@ -50,6 +50,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -112,9 +113,9 @@ def compare_strategies(questions: pd.DataFrame, *, generator, search, spec: Loop
                          "turns": "[]"})
             times.append({"qid": base["qid"], "strategy": CLOSED_BOOK, "runtime_s": time.perf_counter() - t0})
         for loop in loops.values():
-            res = loop.answer(str(q.question))
-            rows.append({**base, **res.to_row()})
-            times.append({"qid": base["qid"], "strategy": res.strategy, "runtime_s": float(res.runtime_s)})
+            result = loop.answer(str(q.question))
+            rows.append({**base, **result.to_row()})
+            times.append({"qid": base["qid"], "strategy": result.strategy, "runtime_s": float(result.runtime_s)})
     table = pd.DataFrame(rows)
     if return_timings:
         return table, pd.DataFrame(times, columns=["qid", "strategy", "runtime_s"])
@@ -126,11 +127,12 @@ def timings_doc(timings: pd.DataFrame, total_s: float | None = None) -> dict:
     per (question, strategy) row, apart from the tables because it differs between runs."""
     per_strategy = [{"strategy": str(s), "questions": int(len(g)), "runtime_s": float(g["runtime_s"].mean())}
                     for s, g in timings.groupby("strategy", sort=False)]
-    doc = {"note": "wall-clock seconds with the generation cache (a replayed call is fast); not part of the "
-                   "tables, which are the same on every run of the same config and seed",
-           "per_strategy": per_strategy,
-           "per_query": [{"qid": str(r.qid), "strategy": str(r.strategy), "runtime_s": float(r.runtime_s)}
-                         for r in timings.itertuples(index=False)]}
+    doc: dict[str, Any] = {
+        "note": "wall-clock seconds with the generation cache (a replayed call is fast); not part of the "
+                "tables, which are the same on every run of the same config and seed",
+        "per_strategy": per_strategy,
+        "per_query": [{"qid": str(r.qid), "strategy": str(r.strategy), "runtime_s": float(r.runtime_s)}
+                      for r in timings.itertuples(index=False)]}
     if total_s is not None:
         doc["total_s"] = float(total_s)
     return doc

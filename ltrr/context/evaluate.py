@@ -63,8 +63,13 @@ def routed_test_order(run, *, seed: int | None = None) -> tuple[list[str], dict[
     cand = next(c for c in prereg["candidates"] if c["router"] == prereg["router"])
     test = list(part.test)
     scores = fit_predict_candidate(run, cand, raw, labels.set_index("qid"), part.train, test)
-    order = {qid: sorted(scores.columns, key=lambda a, r=scores.loc[qid]: (-float(r[a]), str(a))) for qid in test}
+    order = {qid: _by_score(scores.loc[qid]) for qid in test}
     return test, order, prereg, labels
+
+
+def _by_score(row: pd.Series) -> list[str]:
+    """A query's arms by the router's score, highest first (ties by arm name)."""
+    return sorted(row.index, key=lambda a: (-float(row[a]), str(a)))
 
 
 def _ablation_specs(base: PackSpec, budgets: Sequence[int]) -> list[tuple[str, PackSpec]]:

@@ -52,14 +52,13 @@ def family_wins(results: pd.DataFrame, qrels: pd.DataFrame, families: dict[str, 
         for sub in [top[top["arm"] == arm]]
     }
     fams = list(at1)
-    out = {"families": families, "only": {}}
+    only: dict[str, int] = {}
     for f in fams:
         others = set().union(*(at1[g] for g in fams if g != f)) if len(fams) > 1 else set()
-        out["only"][f] = len(at1[f] - others)
-    total = sum(out["only"].values())
-    out["exactly_one"] = total
-    out["share"] = {f: (n / total if total else 0.0) for f, n in out["only"].items()}
-    return out
+        only[f] = len(at1[f] - others)
+    total = sum(only.values())
+    return {"families": families, "only": only, "exactly_one": total,
+            "share": {f: (n / total if total else 0.0) for f, n in only.items()}}
 
 
 def render_datasheet(meta: dict, queries: pd.DataFrame, tables: dict[str, pd.DataFrame], wins: dict, k: int) -> str:

@@ -402,7 +402,7 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
     mid = [w for t in corpus["text"] for w in re.findall(r"(?<=[a-z,;] )[A-Za-z]+", t)]
     lower_counts = Counter(w for w in mid if w.islower())
     upper_counts = Counter(w for w in mid if w[:1].isupper())
-    made = Counter()
+    made: Counter[str] = Counter()
     used_docs: dict[str, set[str]] = {t: set() for t in ("keyword", "cloze", "description", "verbose")}
     build_round = 1
 

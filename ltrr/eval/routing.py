@@ -563,9 +563,9 @@ def evaluate_splits(
         "random_state": seed,
         "no_retrieval": no_retrieval,
         "arms": list(U.columns),
-        "tie_only": tie_only_routers(predictions),
+        "tie_only": (tied := tie_only_routers(predictions)),
     }
-    meta["same_choices"] = same_choice_groups(per_query, exclude=meta["tie_only"])
+    meta["same_choices"] = same_choice_groups(per_query, exclude=tied)
     return Evaluation(
         table=table,
         per_query=per_query,

@@ -104,7 +104,7 @@ def make_generator(config: Mapping[str, Any] | None = None) -> Generator:
     return cls(**options)
 
 
-def check_generator_options(config: Mapping[str, Any] | None = None) -> tuple[type, dict[str, Any]]:
+def check_generator_options(config: Mapping[str, Any] | None = None) -> tuple[type[Generator], dict[str, Any]]:
     """The backend class and constructor options of a generator config table, checked as
     `make_generator` checks them, without building (or loading) anything.
 

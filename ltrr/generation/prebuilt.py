@@ -471,7 +471,8 @@ def merge_sources(cache: GenerationCache, sources: Sequence[str | os.PathLike[st
     return reports
 
 
-def regenerate_sample(path: str | Path, generator: Generator, *, n: int = 3, seed: int = 0) -> list[tuple[str, str, str]]:
+def regenerate_sample(path: str | Path, generator: Generator, *, n: int = 3,
+                      seed: int = 0) -> list[tuple[str, Any, Any]]:
     """Regenerate ``n`` random entries with ``generator``: (key, shipped, new) each.
 
     For a generation, shipped and new are texts; for a likelihood score, the token

@@ -26,7 +26,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ def _check_q_frame(topics: Any, who: str) -> pd.DataFrame:
     return topics
 
 
-def _empty_r(extra: list[str] = (), *, floats: tuple[str, ...] = ()) -> pd.DataFrame:
+def _empty_r(extra: Sequence[str] = (), *, floats: tuple[str, ...] = ()) -> pd.DataFrame:
     cols = {"qid": object, "query": object, "docno": object, "score": np.float64, "rank": np.int64, "text": object}
     cols.update({c: (np.float64 if c in floats else object) for c in extra})
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})

@@ -41,7 +41,7 @@ class PackResult:
 
 
 def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: int, top_m: int = 2,
-                  count_tokens: Callable[[str], int], question_embedding: Sequence[float] | None = None,
+                  count_tokens: Callable[[str], int], question_embedding: Sequence[float] | np.ndarray | None = None,
                   embeddings: Callable[[list[str], list[str]], np.ndarray] | None = None,
                   selector: str = "knapsack", prior: float = 0.3,
                   weights: ImportanceWeights | None = None, question: str | None = None) -> PackResult:

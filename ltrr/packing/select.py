@@ -124,7 +124,7 @@ def content_words(text: str) -> set[str]:
 
 
 def importance(items: Sequence[MemoryItem], role: Role, stage: str, *, round: int,
-               goal_embedding: Sequence[float] | None = None,
+               goal_embedding: Sequence[float] | np.ndarray | None = None,
                weights: ImportanceWeights = ImportanceWeights()) -> np.ndarray:
     """alpha(m; role, stage) of each item (see the module docstring), in [0, sum of weights]."""
     if stage not in STAGES:

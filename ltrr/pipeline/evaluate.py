@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -53,7 +54,7 @@ def fit_router(router, raw, labels: pd.DataFrame, *, texts, stage: str, ranker: 
     return convergence_notes(notes, router)
 
 
-def _fit_split(routers: list[tuple[str, object]], split_name: str, train_raw, train_labels, test_raw, texts,
+def _fit_split(routers: list[tuple[str, Any]], split_name: str, train_raw, train_labels, test_raw, texts,
                importance: str | None) -> list[tuple[str, pd.DataFrame, list[str], dict[str, float]]]:
     """One split's job: each LTR router fitted on its train queries, with its test scores as a
     qid x arm matrix, its notes, and (for the ranker named by ``importance``) its feature

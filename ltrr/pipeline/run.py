@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -451,7 +451,7 @@ class Run:
 
         klass = routers.get(name)
         takes = inspect.signature(klass).parameters
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if "random_state" in takes:  # one seed, under one name
             kwargs["random_state"] = self.config.seed
         if "arm" in takes:  # a router fixed on one arm (no-retrieval): this pool's no-retrieval arm

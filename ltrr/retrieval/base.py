@@ -229,7 +229,7 @@ def replace_dir(tmp: Path, final: Path) -> None:
 def param_names(cls: type) -> list[str]:
     """The ``__init__`` parameter names of ``cls`` in signature order (sklearn's own list is
     sorted; the signature order is the one repr and saved configs have always shown)."""
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(cls.__init__)  # type: ignore[misc]  # the class's own, not an instance's
     return [
         p.name
         for p in sig.parameters.values()

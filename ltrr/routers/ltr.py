@@ -173,7 +173,7 @@ class LTRRouter(Router):
         self.n_train_queries_ = len(keep)
         # new labels: the generator a loaded router's labels were measured with is not theirs
         # (`ltrr train` records the run's at save)
-        self.labelled_with_ = None
+        self.labelled_with_: dict | None = None
         return self
 
     def route_scores(self, raw: Any, *, texts: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -246,6 +246,8 @@ class LTRRouter(Router):
     def _index_folder(self) -> Path:
         # a relative index_dir is relative to the folder `ltrr train` ran in: found from here or
         # from the folder this router was loaded from (`resolve_index_dir`)
+        if not self.index_dir:
+            raise NotBuiltError("this router has no index dir; train it with `ltrr train`")
         return resolve_index_dir(self.index_dir, getattr(self, "loaded_from_", None))
 
     def route(self, question: str) -> pd.DataFrame:
