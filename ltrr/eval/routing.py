@@ -552,6 +552,7 @@ def evaluate_splits(
     if qtypes is not None:
         per_query["qtype"] = qtypes.reindex(per_query["qid"]).fillna("unknown").to_numpy()
     seed = int(random_state) if isinstance(random_state, (int, np.integer)) else repr(random_state)
+    tied = tie_only_routers(predictions)
     meta = {
         "correction": correction,
         "alpha": alpha,
@@ -563,7 +564,7 @@ def evaluate_splits(
         "random_state": seed,
         "no_retrieval": no_retrieval,
         "arms": list(U.columns),
-        "tie_only": (tied := tie_only_routers(predictions)),
+        "tie_only": tied,
     }
     meta["same_choices"] = same_choice_groups(per_query, exclude=tied)
     return Evaluation(
