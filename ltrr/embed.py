@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -157,7 +158,7 @@ class SentenceTransformerEncoder(Encoder):
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.device = device
-        self._model = None
+        self._model: Any = None  # a SentenceTransformer, loaded on first use
 
     @property
     def model(self):

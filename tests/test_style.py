@@ -71,7 +71,10 @@ def test_the_package_type_checks():
 def test_the_type_check_finds_a_wrong_type(tmp_path):
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"),
                                              encoding="utf-8")
-    (tmp_path / "bad.py").write_text("def f(x: int) -> str:\n    return x\n", encoding="utf-8")
+    # a wrong annotated return, and (check_untyped_defs) a wrong sum in a function without annotations
+    (tmp_path / "bad.py").write_text("def f(x: int) -> str:\n    return x\n\n\n"
+                                     "def g():\n    return 1 + 'a'\n", encoding="utf-8")
     rc, errors = mypy_check(tmp_path, "bad.py")
     assert rc == 1
-    assert len(errors) == 1 and "[return-value]" in errors[0], errors
+    assert len(errors) == 2, errors
+    assert "[return-value]" in errors[0] and "[operator]" in errors[1], errors

@@ -536,13 +536,14 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
         """Stops at a checkpoint when the next step, as long as the longest so far, would end
         after ``time_budget``."""
 
-        def __init__(self) -> None:
+        def __init__(self, budget: float) -> None:
+            self.budget = budget
             self.mark, self.longest = time.perf_counter(), 0.0
 
         def on_step_end(self, args, state, control, **kw):
             now = time.perf_counter()
             self.longest, self.mark = max(self.longest, now - self.mark), now
-            if state.global_step < state.max_steps and now - t0 + self.longest > time_budget:
+            if state.global_step < state.max_steps and now - t0 + self.longest > self.budget:
                 control.should_save = control.should_training_stop = True
             return control
 
@@ -576,7 +577,7 @@ def train_grpo(policy: TransformersLM, rollouts: RouterRollouts, prompts: Sequen
                               rollout_func=rollouts, callbacks=[_Checkpointed()], peft_config=peft_config)
         trainer.remove_callback(PrinterCallback)
         if time_budget is not None:
-            trainer.add_callback(_Deadline())
+            trainer.add_callback(_Deadline(time_budget))
         trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
         state = trainer.state
         adapter = None if state.global_step < spec.steps else lora.save_trained(trainer, tmp, policy)

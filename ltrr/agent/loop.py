@@ -519,7 +519,7 @@ class AgentLoop:
                                               reason=f"search_error: {exc}", injected_tokens=n))
             state.flag("search_error")
             return
-        passages = _check_hits(hits, arm)[: self.k]  # type: ignore[arg-type]
+        passages = _check_hits(hits, arm)[: self.k]
         n, truncated = state.inject_information(format_information(passages), self.max_obs_tokens)
         state.traj.searches.append(Search(arm=arm, query=query, valid=True, docids=[d for d, _ in passages],
                                           injected_tokens=n, truncated=truncated))

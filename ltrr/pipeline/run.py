@@ -49,6 +49,7 @@ from ltrr.pipeline.train import train_fingerprint, train_stage
 
 if TYPE_CHECKING:
     from ltrr.eval.splits import Split
+    from ltrr.retrieval import Pool
 
 __all__ = ["Run", "STAGES"]
 
@@ -71,8 +72,8 @@ class Run:
         self.config = config
         self.log = log
         self._dataset: Dataset | None = None
-        self._pool = None
-        self._token_generator = None  # counts a packed arm's tokens (set with the pool)
+        self._pool: Pool | None = None
+        self._token_generator: Any = None  # counts a packed arm's tokens (set with the pool)
         self._reads: list[str] | None = None  # the stage records read, inside records_read()
 
     # ---- paths ---------------------------------------------------------------------------
@@ -185,7 +186,7 @@ class Run:
         return self._dataset
 
     @property
-    def pool(self):
+    def pool(self) -> Pool:
         """The configured `ltrr.retrieval.Pool`, made on first use (its indexes are not loaded)."""
         if self._pool is None:
             from ltrr.retrieval import Pool

@@ -220,9 +220,10 @@ class DenseRetriever(Retriever):
     def docid_rows(self) -> dict[str, int]:
         """Map docid -> row of ``embeddings.npy`` (built on first use)."""
         self._check_built()
-        if getattr(self, "_row_of", None) is None:
-            self._row_of = {d: i for i, d in enumerate(self.docids_.tolist())}
-        return self._row_of
+        rows: dict[str, int] | None = getattr(self, "_row_of", None)
+        if rows is None:
+            rows = self._row_of = {d: i for i, d in enumerate(self.docids_.tolist())}
+        return rows
 
     def doc_embeddings(self, docids: Sequence[str]) -> np.ndarray:
         """Stored unit-length embeddings of ``docids`` (rows of ``embeddings.npy``), ``(n, dim)``.

@@ -241,6 +241,8 @@ class LTRRouter(Router):
         from ltrr.retrieval import Pool
 
         pc = self.pool_config
+        if not pc:
+            raise NotBuiltError("this router has no pool config; train it with `ltrr train`")
         return Pool.from_config(pc["retrievers"], pc["arms"], pc.get("rerankers"), seed=pc.get("seed", 0))
 
     def _index_folder(self) -> Path:

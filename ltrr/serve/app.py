@@ -160,6 +160,8 @@ def create_app(service, settings: "ServeSettings | None" = None):
     def retry_after() -> dict[str, str]:
         return {"Retry-After": str(min(60, max(1, math.ceil(state["generation_s"]))))}
 
+    max_body = settings.max_body_bytes
+
     class Guard:
         """The key and the declared body size of every ``/v1`` request, checked before routing.
 
@@ -185,8 +187,8 @@ def create_app(service, settings: "ServeSettings | None" = None):
                     # OpenAI's own answer to a wrong key: type invalid_request_error, code invalid_api_key
                     return _error(401, "invalid API key", code="invalid_api_key")
             size = headers.get("content-length")
-            if size is not None and (not size.isdigit() or int(size) > settings.max_body_bytes):
-                return _error(413, f"the request body is over {settings.max_body_bytes} bytes")
+            if size is not None and (not size.isdigit() or int(size) > max_body):
+                return _error(413, f"the request body is over {max_body} bytes")
             return None
 
     app.add_middleware(Guard)
