@@ -26,6 +26,13 @@ import numpy as np
 import pandas as pd
 
 
+def _messages(answer):
+    """The messages of an answered item's prompt (every item `answer_batch` answered has one)."""
+    if answer.prompt is None:
+        raise ValueError("an answered item without its prompt")
+    return answer.prompt.messages
+
+
 def confidence(run, qids: list[str], *, chunk: int = 64, done: pd.DataFrame | None = None,
                save=None) -> pd.DataFrame:
     """The closed-book confidence of ``qids``; ``done`` holds rows already computed (skipped), and
@@ -46,7 +53,7 @@ def confidence(run, qids: list[str], *, chunk: int = 64, done: pd.DataFrame | No
         answers = answer_batch(generator, template, [(q[x], None) for x in ids], params,
                                max_prompt_tokens=gcfg.max_prompt_tokens or None)
         ok = [i for i, a in enumerate(answers) if a.ok and a.raw_output.strip()]
-        scored = generator.score([answers[i].prompt.messages for i in ok], [answers[i].raw_output for i in ok])
+        scored = generator.score([_messages(answers[i]) for i in ok], [answers[i].raw_output for i in ok])
         by = dict(zip(ok, scored, strict=True))
         for i, x in enumerate(ids):
             lp = np.asarray(by[i].extra.get("token_logprobs", []), float) if i in by and not by[i].error else np.array([])

@@ -45,6 +45,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 MODES = {"native": {"LTRR_CPU_KERNELS": "native"}, "pinned": {"LTRR_CPU_KERNELS": "avx2"},
          "portable": {"LTRR_CPU_KERNELS": "portable"}}
@@ -163,7 +164,7 @@ def _kernels_seen() -> dict:
     under an emulator /proc/cpuinfo is the host's, these are the emulated CPU's)."""
     from numpy.lib.introspect import opt_func_info
 
-    seen = {"numpy.exp_f64": opt_func_info(func_name="exp", signature="float64")["exp"]["dd"]["current"]}
+    seen: dict[str, Any] = {"numpy.exp_f64": opt_func_info(func_name="exp", signature="float64")["exp"]["dd"]["current"]}
     try:
         from threadpoolctl import threadpool_info
 
@@ -190,7 +191,7 @@ def machine() -> dict:
                   if ln.startswith("model name")), platform.processor())
     flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                   if ln.startswith("flags")), [])
-    versions = {"python": platform.python_version(), "numpy": np.__version__, "libc": " ".join(platform.libc_ver())}
+    versions: dict[str, str | None] = {"python": platform.python_version(), "numpy": np.__version__, "libc": " ".join(platform.libc_ver())}
     for name in ("lightgbm", "faiss", "scipy", "sklearn"):
         try:
             versions[name] = __import__(name).__version__

@@ -30,6 +30,7 @@ import json
 import os
 import statistics
 import time
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -113,7 +114,7 @@ def bench_extract(n_queries: int, repeats: int) -> dict:
     qemb = get_encoder("minilm").encode_queries(queries["question"].tolist())
     source = EmbeddingSource(pool.retrievers_["dense"], encoder="minilm")
     nr = [a.name for a in pool.arms if a.is_no_retrieval]
-    kw = dict(
+    kw: dict[str, Any] = dict(
         arms=pool.arm_names,
         no_retrieval=nr,
         encoder="minilm",

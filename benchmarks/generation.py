@@ -52,6 +52,7 @@ import tempfile
 import time
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -147,7 +148,7 @@ def bench_throughput(gen, n: int, max_new_tokens: int, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cache = GenerationCache(Path(tmp) / "bench.sqlite")
         cached = CachedGenerator(gen, cache)
-        sides = {
+        sides: dict[str, dict[str, Any]] = {
             "bare": {"s": 0.0, "texts": [], "ptok": 0, "ctok": 0},
             "cached_cold": {"s": 0.0, "texts": [], "ptok": 0, "ctok": 0},
         }
@@ -169,7 +170,7 @@ def bench_throughput(gen, n: int, max_new_tokens: int, seed: int) -> dict:
         warm_s = time.perf_counter() - t0
         warm = dict(cached.counters)
         cache.close()
-    result = {"n_prompts": len(prompts), "max_new_tokens": max_new_tokens}
+    result: dict[str, Any] = {"n_prompts": len(prompts), "max_new_tokens": max_new_tokens}
     for name, side in sides.items():
         result[name] = {
             "seconds": round(side["s"], 3),
@@ -330,7 +331,7 @@ def bench_runtimes(model: str, n: int, threads: int, max_new_tokens: int, seed: 
             side["prefill_tok"] += n_in
             side["decode_s"] += dec
             side["decode_tok"] += n_dec
-    out = {"model": lc.model_path.name, "threads": threads, "prompts": len(prompts)}
+    out: dict[str, Any] = {"model": lc.model_path.name, "threads": threads, "prompts": len(prompts)}
     for name, side in sides.items():
         out[name] = {"prefill_tok_per_s": round(side["prefill_tok"] / side["prefill_s"], 1),
                      "decode_tok_per_s": round(side["decode_tok"] / side["decode_s"], 1)}
@@ -414,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     if args.what in ("runtimes", "likelihood"):
+        report: dict[str, Any]
         if args.what == "runtimes":
             report = {"runtimes": bench_runtimes(args.model, args.n or 10, args.threads, args.max_new_tokens, args.seed)}
         else:
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             write_text_atomic(args.out, text + "\n")
         return 0
     gen = make_generator(json.loads(args.generator))
-    report: dict = {"generator": gen.identity}
+    report = {"generator": gen.identity}
     if args.what in ("throughput", "all"):
         report["throughput"] = bench_throughput(gen, args.n or 20, args.max_new_tokens, args.seed)
     if args.what in ("templates", "all"):

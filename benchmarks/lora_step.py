@@ -33,7 +33,7 @@ def smollm2_135m_config():
 
     return LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                        num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                       rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
+                       rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, rms_norm_eps=1e-5, tie_word_embeddings=True)
 
 
 def measure(adapter: str, checkpointing: bool, *, device: str, batch: int, length: int, steps: int,
@@ -43,14 +43,18 @@ def measure(adapter: str, checkpointing: bool, *, device: str, batch: int, lengt
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(smollm2_135m_config()).to(device)
+    model = LlamaForCausalLM(smollm2_135m_config()).to(device)  # type: ignore[arg-type]  # transformers stubs mistype .to
     if adapter == "lora":
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=32, lora_dropout=0.0,
                                                  target_modules="all-linear", task_type="CAUSAL_LM"))
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers' current name where the installed version has it (the old one goes in 6)
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if adapter == "lora":
             model.enable_input_require_grads()
     model.train()

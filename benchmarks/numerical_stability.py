@@ -42,6 +42,7 @@ import argparse
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
@@ -82,7 +83,7 @@ def cv_scores(run, cand, raw, lab_idx, folds, *, members: int, seed: int) -> dic
         return {f.name: {"r": fit_predict_candidate(run, cand, raw, lab_idx, f.train, f.test)} for f in folds}
     out = {}
     for f in folds:
-        acc = None
+        acc: Any = None  # the running sum of the members' score frames
         for i in range(members):
             router = run.make_router("ltrr", cand["ranker"]).set_params(label=cand["label"], features=cand["features"])
             params = {**(router.ranker_params or {}), "random_state": seed + i, "subsample": 0.8,

@@ -107,6 +107,8 @@ def evaluate(config: str, power_plan: Path, check: int = 30, limit: int = 0) -> 
     order = arm_order(power_plan, retrieving)
     design, n_test = design_queries(run)
     ds = run.dataset
+    if ds.qrels is None:
+        raise SystemExit(f"{config}: the packing study needs the dataset's qrels (gold passages); it has none")
     gold = ds.qrels.groupby("qid")["docid"].apply(lambda s: [str(d) for d in s]).to_dict()
     design = design[design["qid"].isin(set(gold))].reset_index(drop=True)
     if limit:  # a smoke run on the first design queries

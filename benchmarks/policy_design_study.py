@@ -30,6 +30,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
@@ -66,7 +67,7 @@ def main() -> None:
                                   "diff": p["vs_ltrr_curve"]["mean_diff"], "p": p["vs_ltrr_curve"]["p_value"],
                                   "n_test": doc["n_test"]})
             print(f"calibration={spend} inner seed {s}: {time.perf_counter() - t0:.0f}s", flush=True)
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
     for spend in variants:
         cs = [c for c in cells if c["calibration"] == spend]
         summary[spend] = {

@@ -76,7 +76,7 @@ def main() -> None:
 
     for f in (per_query, table):  # warm-up: lazy imports, caches, the booster
         f(qids[0])
-    lat = {"per_query": [], "table": []}
+    lat: dict[str, list[float]] = {"per_query": [], "table": []}
     for i, q in enumerate(qids):  # interleaved, so both paths see the same machine state
         picks = {}
         order = [("per_query", per_query), ("table", table)]

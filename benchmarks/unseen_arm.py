@@ -39,6 +39,7 @@ import argparse
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
@@ -54,6 +55,13 @@ def _top_types(means: dict[str, float], n: int = 2) -> list[str]:
     """The ``n`` strongest types, as `ltrr.agent.prompt.describe_strengths` names them."""
     ranked = sorted(((t, v) for t, v in means.items() if not np.isnan(v)), key=lambda kv: (-kv[1], kv[0]))
     return [t for t, _ in ranked[: n if len(ranked) >= 3 else 1]]
+
+
+def _outcome(traj) -> float:
+    """A scored trajectory's outcome reward (an evaluation's trajectories are all scored)."""
+    if traj.rewards is None:
+        raise SystemExit(f"trajectory {traj.qid}: no rewards (not an evaluation's trajectory)")
+    return traj.rewards["outcome"]
 
 
 def main() -> None:
@@ -101,7 +109,7 @@ def main() -> None:
     doc = {"config": args.config, "part": "test", "metric": metric, "n": len(qids), "held_out": held, "left_out": left_out,
            "neutral_ids": bool(docs["with"].get("neutral_ids")),
            "with": args.with_arm, "without": args.without, "arms": {}}
-    outcome = {k: np.array([trajs[k][x].rewards["outcome"] for x in qids], dtype=float) for k in trajs}
+    outcome = {k: np.array([_outcome(trajs[k][x]) for x in qids], dtype=np.float64) for k in trajs}
     w = paired_wilcoxon(outcome["with"], outcome["without"])
     doc["outcome"] = {"with": float(outcome["with"].mean()), "without": float(outcome["without"].mean()),
                       "diff": float(outcome["with"].mean() - outcome["without"].mean()), "p": w.pvalue,
@@ -132,7 +140,7 @@ def main() -> None:
         called = {x: sum(1 for s in trajs["with"][x].searches if s.valid and s.arm == arm) for x in qids}
         others = [a for a in U.columns if a != arm]
         best = {x: bool(x in U.index and U.loc[x, arm] > U.loc[x, others].max()) for x in qids}
-        by_type = {}
+        by_type: dict[str, dict[str, Any]] = {}
         for t in types:
             sel = [x for x in qids if qtype[x] == t]
             by_type[t] = {"n": len(sel), "questions_calling": sum(called[x] > 0 for x in sel),

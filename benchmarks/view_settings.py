@@ -32,8 +32,9 @@ import itertools
 import json
 import time
 from pathlib import Path
+from typing import Any
 
-GRID = {
+GRID: dict[str, tuple[Any, ...]] = {
     "shuffle_arms": (True,),
     "rename_share": (0.25, 0.5),
     "leave_out_share": (0.1, 0.25),
@@ -57,7 +58,7 @@ RULE = (
 
 def _counts(plans) -> dict:
     calls: dict[str, dict[str, int]] = {}
-    out = {"scripts": len(plans), "search_scripts": 0, "calls_renamed": 0, "calls_config_only": 0,
+    out: dict[str, Any] = {"scripts": len(plans), "search_scripts": 0, "calls_renamed": 0, "calls_config_only": 0,
            "calls_config_only_real_name": 0, "eval_prompt": 0}
     for _, view, plan in plans:
         called = {arm for arm, _, _ in plan}

@@ -1,7 +1,8 @@
 """The part of the house style a tool can hold: ruff with the rules of pyproject.toml
 (``[tool.ruff]``: pycodestyle, pyflakes, isort, bugbear, pyupgrade, and pycodestyle's blank-line
 rules, which ruff keeps in preview) over the package, the tests, the benchmarks and the notebooks;
-and mypy over the package (``[tool.mypy]``), in the slow tier (about 80 s without its cache).
+and mypy over the package and the benchmarks (``[tool.mypy]``), in the slow tier (about 90 s
+without its cache).
 
 The import order that the CPU-kernel pins need (ltrr before numpy, `test_architecture`) is kept
 beside isort's by an ``# isort: split`` comment after ``import ltrr``.
