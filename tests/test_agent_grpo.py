@@ -121,11 +121,13 @@ def test_masked_positions_get_exactly_zero_loss_gradient(bigram_dir, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
     from ltrr.agent.backends import TransformersLM
+    from ltrr.agent.lora import device_args
     from ltrr.generation import TransformersGenerator
 
     policy = TransformersLM(TransformersGenerator(str(bigram_dir), n_threads=1))
     model = policy.generator.hf_model
-    args = GRPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, report_to=[], per_device_train_batch_size=2,
+    # the device arguments ltrr's trainers take (CPU, activation checkpointing off, under its current name)
+    args = GRPOConfig(output_dir=str(tmp_path / "o"), **device_args(policy), report_to=[], per_device_train_batch_size=2,
                       num_generations=2, beta=0.0, bf16=False)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **k: [0.0] * len(completions)], args=args,
