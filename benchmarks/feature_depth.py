@@ -27,12 +27,12 @@ import argparse
 import time
 from pathlib import Path
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
 import pandas as pd
 
-from ltrr.features import POST_COLUMNS as POST  # noqa: E402
+from ltrr.features import POST_COLUMNS as POST
 
 
 def first_passages(results: pd.DataFrame) -> pd.Series:

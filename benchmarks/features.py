@@ -35,12 +35,12 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ltrr.data.io import data_root, load_dataset, write_text_atomic  # noqa: E402
+from ltrr.data.io import data_root, load_dataset, write_text_atomic
 
 # Written to look like real search-box input, not like the demo's generated queries; half of
 # the questions have no question mark. 1 = natural-language question or request, 0 = keywords.

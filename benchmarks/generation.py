@@ -57,8 +57,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from ltrr.data.io import write_text_atomic  # noqa: E402
-from ltrr.generation import (  # noqa: E402
+from ltrr.data.io import write_text_atomic
+from ltrr.generation import (
     CachedGenerator,
     DecodingParams,
     Generation,

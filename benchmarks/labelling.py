@@ -28,23 +28,23 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from ltrr.config import load_config  # noqa: E402
-from ltrr.data.io import write_text_atomic  # noqa: E402
-from ltrr.generation import (  # noqa: E402
+from ltrr.config import load_config
+from ltrr.data.io import write_text_atomic
+from ltrr.generation import (
     CachedGenerator,
     GenerationCache,
     build_prompt,
     load_template,
     make_generator,
 )
-from ltrr.labels import label_queries  # noqa: E402
-from ltrr.metrics import parse_metric  # noqa: E402
-from ltrr.pipeline import Run  # noqa: E402
+from ltrr.labels import label_queries
+from ltrr.metrics import parse_metric
+from ltrr.pipeline import Run
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
 import numpy as np

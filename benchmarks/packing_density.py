@@ -40,7 +40,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
 import numpy as np

@@ -22,17 +22,17 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-from ltrr.config import load_config  # noqa: E402
-from ltrr.data.io import write_text_atomic  # noqa: E402
-from ltrr.pipeline import Run  # noqa: E402
-from ltrr.rankers import rankers  # noqa: E402
-from ltrr.routers import LTRRouter  # noqa: E402
+from ltrr.config import load_config
+from ltrr.data.io import write_text_atomic
+from ltrr.pipeline import Run
+from ltrr.rankers import rankers
+from ltrr.routers import LTRRouter
 
 
 def _size(path: Path) -> int:

@@ -41,7 +41,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
 import numpy as np

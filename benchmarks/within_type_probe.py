@@ -39,7 +39,7 @@ import argparse
 import re
 from pathlib import Path
 
-import ltrr  # noqa: F401, E402  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
+import ltrr  # noqa: F401  (before numpy and the rest: it pins their CPU kernels, ltrr._cpu)
 
 # isort: split
 import numpy as np

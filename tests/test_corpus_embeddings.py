@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-import _wiki  # noqa: F401  (registers the "test-hash" encoder)
+import _wiki
 import numpy as np
 import pandas as pd
 import pytest

@@ -1,6 +1,6 @@
 """The part of the house style a tool can hold: ruff with the rules of pyproject.toml
-(``[tool.ruff]``: pycodestyle, pyflakes, isort, bugbear, pyupgrade, and pycodestyle's blank-line
-rules, which ruff keeps in preview) over the package, the tests, the benchmarks and the notebooks;
+(``[tool.ruff]``: pycodestyle, pyflakes, isort, bugbear, pyupgrade, unused noqa comments, and
+pycodestyle's blank-line rules, which ruff keeps in preview) over the package, the tests, the benchmarks and the notebooks;
 and mypy over the package and the benchmarks (``[tool.mypy]``), in the slow tier (about 90 s
 without its cache).
 
@@ -40,14 +40,15 @@ def test_the_code_keeps_the_projects_ruff_rules():
 
 
 def test_the_ruff_check_finds_each_kind_of_break(tmp_path):
-    """The check can fail: an unused import, a missing blank line before and after a function, and
-    an import block out of order are each reported under the project's rules."""
+    """The check can fail: an unused import, a missing blank line before and after a function, an
+    import block out of order and a noqa comment that silences nothing are each reported under
+    the project's rules."""
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"),
                                              encoding="utf-8")
-    (tmp_path / "bad.py").write_text("import sys\nimport os\ndef f():\n    return sys\nx = 1\n", encoding="utf-8")
+    (tmp_path / "bad.py").write_text("import sys\nimport os\ndef f():\n    return sys\nx = 1  # noqa: E731\n", encoding="utf-8")
     rc, found = ruff_check(tmp_path)
     assert rc == 1
-    assert sorted(f.split()[1] for f in found) == ["E302", "E305", "F401", "I001"], found
+    assert sorted(f.split()[1] for f in found) == ["E302", "E305", "F401", "I001", "RUF100"], found
 
 
 def mypy_check(folder: Path, *targets: str) -> tuple[int, list[str]]:

@@ -4,7 +4,7 @@ Kept so that imports from the old place go on working; the code lives below the 
 `ltrr.packing`, and this module only re-exports it (a downward import).
 """
 
-from ltrr.packing.pack import (  # noqa: F401
+from ltrr.packing.pack import (
     PackResult,
     evidence_recall,
     pack_passages,

@@ -4,7 +4,7 @@ Kept so that imports from the old place go on working; the code lives below the 
 `ltrr.packing`, and this module only re-exports it (a downward import).
 """
 
-from ltrr.packing.select import (  # noqa: F401
+from ltrr.packing.select import (
     DEFAULT_ROLES,
     STAGES,
     ImportanceWeights,

@@ -356,7 +356,7 @@ def saved_model_errors(folder: str | Path, what: str) -> Iterator[None]:
     try:
         from safetensors import SafetensorError
     except ImportError:  # pragma: no cover - safetensors is a dependency; nothing to catch without it
-        SafetensorError = ValueError  # type: ignore[misc,assignment]  # noqa: N806
+        SafetensorError = ValueError  # type: ignore[misc,assignment]
     try:
         yield
     except LtrrError:

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 # declared with the [eval] table that names one (`ltrr.eval.section`), so the config checks it on load
-from ltrr.eval.section import CORRECTIONS  # noqa: E402
+from ltrr.eval.section import CORRECTIONS
 
 
 class CI(NamedTuple):

@@ -134,7 +134,7 @@ def _nan_rankers() -> list[str]:
         try:
             if get_tags(rankers.get(name)()).input_tags.allow_nan:
                 names.append(name)
-        except Exception:  # noqa: BLE001 - a ranker that cannot be built is simply not listed
+        except Exception:  # a ranker that cannot be built is simply not listed
             continue
     return names
 

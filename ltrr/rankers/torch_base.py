@@ -201,7 +201,7 @@ def load_tensors(file: Path, fmt: str) -> dict[str, Any]:
     try:
         with safe_open(str(file), framework="pt") as fh:
             found = (fh.metadata() or {}).get("format")
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - not a dict
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # a safetensors file handle, not a dict: .keys() is its API
     except (SafetensorError, OSError) as exc:
         raise DataError(f"{file}: not a readable safetensors file ({exc})") from None
     if found != fmt:

@@ -88,7 +88,7 @@ class Reranker(BaseEstimator, ABC):
         return json_params(self, super().get_params(deep=False))
 
     # concrete on purpose: a reranker without parameters has nothing to check
-    def validate_params(self) -> None:  # noqa: B027
+    def validate_params(self) -> None:
         """Check parameter values; raises `ConfigError` naming the bad one."""
 
     def rerank(self, queries: Any, results: pd.DataFrame, k: int = 5) -> pd.DataFrame:

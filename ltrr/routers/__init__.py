@@ -12,17 +12,17 @@ Examples
 True
 """
 
-from ltrr.routers.knn import KNNRouter  # noqa: E402
-from ltrr.routers.ltr import LTRRouter, resolve_index_dir  # noqa: E402
-from ltrr.routers.pipeline import Routed, RoutedPipeline  # noqa: E402
-from ltrr.routers.reference import (  # noqa: E402  (registers the reference routers)
+from ltrr.routers.knn import KNNRouter
+from ltrr.routers.ltr import LTRRouter, resolve_index_dir
+from ltrr.routers.pipeline import Routed, RoutedPipeline
+from ltrr.routers.reference import (
     BestSingleRouter,
     NoRetrievalRouter,
     OracleRouter,
     RandomRouter,
     score_frame,
 )
-from ltrr.routers.spec import make_router, parse_router_spec  # noqa: E402
+from ltrr.routers.spec import make_router, parse_router_spec
 from ltrr.routers.trainfree import (
     AvgSimRouter,
     FeatureRouter,
