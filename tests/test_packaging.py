@@ -1,6 +1,6 @@
 """The wheel a user installs (``pip install .``, not the editable install of `make env`) holds
 every module of the package and every data file it reads at run time: the packaged configs,
-prompts, feature specs and prebuilt caches (slow tier: builds the wheel, about 10 s).
+prompts, feature specs and prebuilt caches (slow tier: builds the wheel, about 3 s here).
 
 The data folders have no ``__init__.py``; setuptools finds them only as namespace packages
 (``packages = find_namespace:``). Under ``find:`` the same files went in with a warning per
