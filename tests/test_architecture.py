@@ -1,4 +1,5 @@
-"""The architecture: import layers, no cycles, no private names across subpackages.
+"""The architecture: import layers, no cycles, no private names across subpackages or from
+other packages.
 
 The contracts live in setup.cfg (``[importlinter]``); `lint-imports` runs them in ``make test``
 and this test runs them in the suite, so a broken contract fails both.
@@ -109,6 +110,48 @@ def test_import_contracts_are_kept():
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "Contracts: 4 kept, 0 broken." in res.stdout
+
+
+def private_library_imports(paths, local: set[str] = frozenset()) -> list[str]:
+    """``path:line: NAME`` for every import, at any depth, of another package's private module
+    or name (``from sklearn.base import _fit_context``, ``import torch._dynamo``, reported as
+    ``sklearn.base._fit_context``, ``torch._dynamo``). ltrr itself is the other scans' business;
+    ``local`` names the top-level helper modules of the folders scanned (``_wiki`` in tests/)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for full in names:
+                top, *rest = full.split(".")
+                if top == "ltrr" or top in local or not any(_private(p) for p in [top, *rest]):
+                    continue
+                found.append((path.relative_to(ROOT).as_posix(), node.lineno, full))
+    return [f"{rel}:{line}: {full}" for rel, line, full in sorted(found)]
+
+
+def test_no_code_uses_another_packages_private_names():
+    """A library's private names change without notice between releases (sklearn 1.9 changed
+    ``_fit_context``): the package and the benchmarks import public names only."""
+    paths = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+    local = {p.stem for p in (ROOT / "tests").glob("_*.py")} | {p.stem for p in (ROOT / "benchmarks").glob("_*.py")}
+    assert private_library_imports(paths, local) == []
+
+
+def test_the_library_private_name_scan_finds_a_violation(tmp_path, monkeypatch):
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    f = tmp_path / "m.py"
+    f.write_text("from sklearn.utils._param_validation import Interval\n"
+                 "def g():\n    from sklearn.base import _fit_context, clone\n"
+                 "import torch._dynamo\nfrom ltrr._errors import ConfigError\nimport _wiki\n"
+                 "from sklearn.base import BaseEstimator\n")
+    assert private_library_imports([f], {"_wiki"}) == [
+        "m.py:1: sklearn.utils._param_validation.Interval", "m.py:3: sklearn.base._fit_context",
+        "m.py:4: torch._dynamo"]
 
 
 # cpu_determinism.py measures the kernel pins of ltrr._cpu themselves, on two machines

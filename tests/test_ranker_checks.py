@@ -129,7 +129,7 @@ class _RowNoise(RankSVMRanker):
 
 
 class _Unconstrained(RankSVMRanker):
-    _parameter_constraints = {"C": RankSVMRanker._parameter_constraints["C"]}
+    param_constraints = {"C": RankSVMRanker.param_constraints["C"]}
 
 
 @pytest.mark.parametrize(
@@ -139,7 +139,7 @@ class _Unconstrained(RankSVMRanker):
         (_NoFeatureCheck(random_state=0), check_feature_count_mismatch, "expected .*DataError"),
         (_Unseeded(), check_determinism, "scores differ"),
         (_RowNoise(random_state=0), check_ties, "identical rows got different scores"),
-        (_Unconstrained(), check_parameter_validation, r"no _parameter_constraints for \['loss'"),
+        (_Unconstrained(), check_parameter_validation, r"no param_constraints for \['loss'"),
     ],
     ids=lambda v: getattr(v, "__name__", type(v).__name__),
 )

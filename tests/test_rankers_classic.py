@@ -21,12 +21,12 @@ from ltrr.rankers import (
     rankers,
 )
 from ltrr.rankers._validation import (
-    RankerParameterError,
     canonical_order,
     preference_pairs,
     to_grades,
 )
 from ltrr.rankers.checks import make_ranking_data
+from ltrr.rankers.params import RankerParameterError
 
 CLASSIC = {
     "xgboost-pointwise": XGBoostPointwiseRanker,

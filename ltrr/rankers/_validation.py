@@ -31,14 +31,10 @@ preference_pairs(y, sizes) -> (hi, lo)
     All within-query pairs of rows with different labels in data laid out in contiguous groups
     of ``sizes``: ``y[hi] > y[lo]`` element-wise.
 num_rows(X) -> int | None
-    Number of rows of an array-like, or None when it has none.
+    Number of rows of an array-like, or None when it has none (a scalar, a 0-d array).
 DataTypeError
     A `DataError` that is also a ``TypeError``: input of a type rankers cannot take (sparse
     matrices, non-numeric cells), raised where sklearn raises ``TypeError``.
-RankerParameterError
-    Raised for an invalid constructor parameter (a `ConfigError` and sklearn's
-    ``InvalidParameterError``), with sklearn's one message template naming the parameter, the
-    class, what is allowed and what was received.
 """
 
 from __future__ import annotations
@@ -46,25 +42,14 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-
-# scikit-learn's private names, imported here only (the rankers take them from this module), so
-# one place follows sklearn (setup.cfg bounds it below the next minor release it is untested on):
-# - InvalidParameterError: subclassing it keeps sklearn's own checks (and users catching it)
-#   working while we raise the project's ConfigError;
-# - Interval, StrOptions and _fit_context: the `_parameter_constraints` contract that sklearn's
-#   own estimators and check_estimator use (no public spelling exists);
-# - _num_samples: the sample count of any array-like, as sklearn's own validation counts it.
-from sklearn.base import _fit_context  # noqa: F401  (re-exported for the rankers)
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import get_tags
-from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions  # noqa: F401
-from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ltrr._errors import ConfigError, DataError, LtrrError
+from ltrr._errors import DataError, LtrrError
 from ltrr.rankers.registry import rankers
 
 __all__ = [
-    "RankerParameterError",
     "DataTypeError",
     "CanonicalGroups",
     "check_ranking_data",
@@ -76,10 +61,6 @@ __all__ = [
     "preference_pairs",
     "num_rows",
 ]
-
-
-class RankerParameterError(ConfigError, InvalidParameterError):
-    """A ranker's constructor parameter has an invalid type or value."""
 
 
 class DataTypeError(DataError, TypeError):
@@ -140,10 +121,27 @@ def _nan_rankers() -> list[str]:
 
 
 def num_rows(X: Any) -> int | None:
-    """Number of rows of ``X`` (array-like, DataFrame or sparse matrix); None if it has none."""
+    """Number of rows of ``X`` (array-like, DataFrame or sparse matrix); None if it has none.
+
+    The first entry of ``X.shape`` where ``X`` has one (arrays, DataFrames, sparse matrices),
+    else ``len(X)``; None for a scalar, a 0-d array or an object with neither.
+
+    Examples
+    --------
+    >>> num_rows([[1, 2], [3, 4], [5, 6]]), num_rows(np.float64(1.0)), num_rows("text")
+    (3, None, None)
+    """
+    if isinstance(X, (str, bytes)):
+        return None
+    shape = getattr(X, "shape", None)
+    if shape is not None:
+        try:
+            return int(shape[0]) if len(shape) else None
+        except TypeError:
+            return None
     try:
-        return int(_num_samples(X))
-    except (TypeError, ValueError):
+        return len(X)
+    except TypeError:
         return None
 
 

@@ -19,9 +19,10 @@ constructor parameters, ``n_features_in_``/``feature_names_in_``, the state retu
 ``_save`` and the SHA-256 of every file ``_save`` wrote) plus those model files. ``load``
 refuses a folder whose format version, ranker class or file checksums do not match.
 
-Parameter constraints are declared once per class in sklearn's ``_parameter_constraints`` and
-checked by ``sklearn.base._fit_context`` at ``fit``; a violation raises `RankerParameterError`
-(a `ConfigError`) with sklearn's message naming parameter, class, allowed and received values.
+Parameter constraints are declared once per class in ``param_constraints`` and checked at
+``fit`` by `ltrr.rankers.params.checked_fit`; a violation raises `RankerParameterError` (a
+`ConfigError`) with a message worded as sklearn's, naming parameter, class, allowed and
+received values.
 
 ``qid`` is requested by default for metadata routing, so ``GridSearchCV(...).fit(X, y,
 qid=qid, groups=qid)`` routes it to ``fit`` and to `ndcg_scorer` once routing is enabled
@@ -43,7 +44,8 @@ from sklearn.base import BaseEstimator
 from ltrr._atomic import plain_json, sha256_file, write_json_atomic
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._version import __version__
-from ltrr.rankers._validation import InvalidParameterError, RankerParameterError, check_qid
+from ltrr.rankers._validation import check_qid
+from ltrr.rankers.params import check_constraints, check_params
 from ltrr.rankers.registry import rankers
 
 __all__ = ["BaseRanker", "rankers", "group_slices", "mean_ndcg", "ndcg_scorer"]
@@ -65,8 +67,8 @@ class BaseRanker(BaseEstimator):
     """Base class of all rankers; subclasses implement ``fit``, ``predict``, ``_save``, ``_load``.
 
     Subclasses register themselves with ``@rankers.register("<name>")``, set the class
-    attribute ``name`` to the same string, declare ``_parameter_constraints`` and decorate
-    ``fit`` with ``sklearn.base._fit_context(prefer_skip_nested_validation=True)``. Inputs are
+    attribute ``name`` to the same string, declare ``param_constraints`` (checked when the class
+    is defined) and decorate ``fit`` with `ltrr.rankers.params.checked_fit`. Inputs are
     validated with the helpers of ``ltrr.rankers._validation``.
 
     Examples
@@ -96,8 +98,9 @@ class BaseRanker(BaseEstimator):
     torch_based: ClassVar[bool] = False
     #: whether ``fit`` trains on the Dask cluster of `ltrr.dist.rankers.dask_training`
     trains_on_dask: ClassVar[bool] = False
-    #: sklearn parameter constraints: {param: [constraint, ...]}; unlisted params are unchecked
-    _parameter_constraints: ClassVar[dict] = {}
+    #: parameter constraints (`ltrr.rankers.params`): {param: [constraint, ...]}; unlisted
+    #: params are unchecked
+    param_constraints: ClassVar[dict] = {}
     # qid is data that belongs to fit: request it by default for sklearn's metadata routing,
     # as sklearn's group splitters do for ``groups``.
     __metadata_request__fit: ClassVar[dict] = {"qid": True}
@@ -107,11 +110,9 @@ class BaseRanker(BaseEstimator):
         tags.target_tags.required = True
         return tags
 
-    def _validate_params(self) -> None:
-        try:
-            super()._validate_params()
-        except InvalidParameterError as exc:
-            raise RankerParameterError(str(exc)) from None
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_constraints(cls.__name__, cls.param_constraints)
 
     def rank(self, X, qid) -> dict[Any, np.ndarray]:
         """Return, for each query id, the row indices of ``X`` ordered by descending score.
@@ -229,7 +230,7 @@ class BaseRanker(BaseEstimator):
                 )
         try:
             est = klass(**meta["params"])
-            est._validate_params()
+            check_params(est)
         except (TypeError, ConfigError) as exc:
             raise DataError(f"{meta_file}: parameters do not fit {klass.__name__}: {exc}") from None
         fitted = meta["fitted"]

@@ -474,11 +474,11 @@ def check_parameter_validation(ranker) -> None:
     from ltrr._errors import ConfigError
 
     X, y, qid = _data(n_queries=4)
-    constraints = getattr(type(ranker), "_parameter_constraints", {})
+    constraints = getattr(type(ranker), "param_constraints", {})
     params = ranker.get_params(deep=False)
     missing = sorted(set(params) - set(constraints))
     if missing:
-        _fail("check_parameter_validation", ranker, f"no _parameter_constraints for {missing}")
+        _fail("check_parameter_validation", ranker, f"no param_constraints for {missing}")
     cls = type(ranker).__name__
     for p in params:
         est = _fresh(ranker).set_params(**{p: _Invalid()})

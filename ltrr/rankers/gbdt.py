@@ -28,15 +28,13 @@ from sklearn.utils import check_random_state
 
 from ltrr._errors import ConfigError, DataError
 from ltrr.rankers._validation import (
-    Interval,
-    StrOptions,
-    _fit_context,
     canonical_order,
     check_predict_data,
     check_ranking_data,
     to_grades,
 )
 from ltrr.rankers.base import BaseRanker, rankers
+from ltrr.rankers.params import Interval, StrOptions, checked_fit
 
 __all__ = [
     "XGBoostPointwiseRanker",
@@ -92,7 +90,7 @@ class _GBDTRanker(BaseRanker):
         tags.input_tags.allow_nan = True
         return tags
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, qid=None):
         """Fit the ranker.
 
@@ -150,7 +148,7 @@ class _GBDTRanker(BaseRanker):
 class _XGBoostRanker(_GBDTRanker):
     _model_file = "model.json"
     _model_format = "xgboost-json"
-    _parameter_constraints: ClassVar[dict] = {
+    param_constraints: ClassVar[dict] = {
         **_COMMON_CONSTRAINTS,
         "max_depth": [Interval(Integral, 1, None, closed="left")],
         "min_child_weight": [Interval(Real, 0, None, closed="left")],
@@ -326,8 +324,8 @@ class XGBoostListwiseRanker(_XGBoostRanker):
 
     name = "xgboost-listwise"
     trains_on_dask = True
-    _parameter_constraints: ClassVar[dict] = {
-        **_XGBoostRanker._parameter_constraints,
+    param_constraints: ClassVar[dict] = {
+        **_XGBoostRanker.param_constraints,
         **_GRADE_CONSTRAINTS,
     }
 
@@ -429,7 +427,7 @@ class LambdaMARTRanker(_GBDTRanker):
     trains_on_dask = True
     _model_file = "model.txt"
     _model_format = "lightgbm-text"
-    _parameter_constraints: ClassVar[dict] = {
+    param_constraints: ClassVar[dict] = {
         **_COMMON_CONSTRAINTS,
         **_GRADE_CONSTRAINTS,
         "num_leaves": [Interval(Integral, 2, None, closed="left")],

@@ -20,15 +20,13 @@ from sklearn.base import RegressorMixin
 
 from ltrr._errors import DataError
 from ltrr.rankers._validation import (
-    Interval,
-    StrOptions,
-    _fit_context,
     canonical_order,
     check_predict_data,
     check_ranking_data,
     preference_pairs,
 )
 from ltrr.rankers.base import BaseRanker, rankers
+from ltrr.rankers.params import Interval, StrOptions, checked_fit
 
 __all__ = ["SVMPointwiseRanker", "RankSVMRanker"]
 
@@ -131,7 +129,7 @@ class SVMPointwiseRanker(RegressorMixin, _LinearRanker):
 
     name = "svm-pointwise"
     requires_qid = False
-    _parameter_constraints: ClassVar[dict] = {
+    param_constraints: ClassVar[dict] = {
         "C": [Interval(Real, 0, None, closed="neither")],
         "epsilon": [Interval(Real, 0, None, closed="left")],
         "loss": [StrOptions({"epsilon_insensitive", "squared_epsilon_insensitive"})],
@@ -160,7 +158,7 @@ class SVMPointwiseRanker(RegressorMixin, _LinearRanker):
         self.random_state = random_state
         self.verbose = verbose
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, qid=None):
         """Fit the ranker on ``X`` (n_rows, n_features) and gains ``y``; ``qid`` is ignored.
 
@@ -244,7 +242,7 @@ class RankSVMRanker(_LinearRanker):
     """
 
     name = "svmrank-pairwise"
-    _parameter_constraints: ClassVar[dict] = {
+    param_constraints: ClassVar[dict] = {
         "C": [Interval(Real, 0, None, closed="neither")],
         "loss": [StrOptions({"hinge", "squared_hinge"})],
         "tol": [Interval(Real, 0, None, closed="neither")],
@@ -263,7 +261,7 @@ class RankSVMRanker(_LinearRanker):
         self.random_state = random_state
         self.verbose = verbose
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, qid=None):
         """Fit on rows ``X`` (n_rows, n_features), labels ``y`` and query ids ``qid``.
 

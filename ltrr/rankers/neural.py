@@ -43,13 +43,12 @@ from sklearn.base import RegressorMixin
 
 from ltrr._errors import DataError
 from ltrr.rankers._validation import (
-    Interval,
-    _fit_context,
     canonical_order,
     check_predict_data,
     check_ranking_data,
 )
 from ltrr.rankers.base import rankers
+from ltrr.rankers.params import Interval, checked_fit, param_error
 from ltrr.rankers.torch_base import (
     COMMON_CONSTRAINTS,
     TorchRanker,
@@ -58,7 +57,6 @@ from ltrr.rankers.torch_base import (
     fit_standardiser,
     load_tensors,
     missing_fill_class,
-    param_error,
     save_tensors,
     torch_device,
     torch_threads,
@@ -147,7 +145,7 @@ class _FeedForwardRanker(TorchRanker):
     """A multilayer perceptron scoring feature vectors; subclasses choose the loss."""
 
     state_format: ClassVar[str] = FFN_FORMAT
-    _parameter_constraints: ClassVar[dict] = {
+    param_constraints: ClassVar[dict] = {
         **COMMON_CONSTRAINTS,
         "hidden_sizes": ["array-like"],
         "dropout": [Interval(Real, 0, 1, closed="left")],
@@ -193,7 +191,7 @@ class _FeedForwardRanker(TorchRanker):
             n_features, self._hidden(), float(self.dropout), self.missing == "learned"
         )
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, qid=None):
         """Train on rows ``X`` with labels ``y`` grouped by ``qid``.
 
@@ -406,8 +404,8 @@ class ListNetRanker(_FeedForwardRanker):
 
     name = "listnet-listwise"
     objective = "listwise"
-    _parameter_constraints: ClassVar[dict] = {
-        **_FeedForwardRanker._parameter_constraints,
+    param_constraints: ClassVar[dict] = {
+        **_FeedForwardRanker.param_constraints,
         "temperature": [Interval(Real, 0, None, closed="neither")],
     }
 

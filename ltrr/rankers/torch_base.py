@@ -29,8 +29,8 @@ import numpy as np
 
 from ltrr._atomic import atomic_path
 from ltrr._errors import DataError
-from ltrr.rankers._validation import Interval, RankerParameterError, StrOptions
 from ltrr.rankers.base import BaseRanker
+from ltrr.rankers.params import Interval, StrOptions, param_error
 from ltrr.rankers.torch_train import train_loop
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "contiguous_groups",
     "fit_standardiser",
     "load_tensors",
-    "param_error",
     "save_tensors",
     "seed_from",
     "missing_fill_class",
@@ -65,13 +64,6 @@ COMMON_CONSTRAINTS: dict[str, list] = {
     "device": [str],
     "n_jobs": [None, Integral],
 }
-
-
-def param_error(est: Any, name: str, allowed: str, value: Any) -> RankerParameterError:
-    """A parameter error worded like sklearn's constraint messages."""
-    return RankerParameterError(
-        f"The {name!r} parameter of {type(est).__name__} must be {allowed}. Got {value!r} instead."
-    )
 
 
 def check_n_jobs(est: Any) -> None:

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ltrr._errors import ConfigError, DataError
-from ltrr.rankers._validation import Interval, StrOptions, _fit_context, canonical_order, check_qid
+from ltrr.rankers._validation import canonical_order, check_qid
 from ltrr.rankers.base import rankers
 from ltrr.rankers.cross_encoder import (
     default_backbone,
@@ -51,6 +51,7 @@ from ltrr.rankers.cross_encoder import (
     quiet_transformers,
     scorer_class,
 )
+from ltrr.rankers.params import Interval, StrOptions, checked_fit, param_error
 from ltrr.rankers.torch_base import (
     COMMON_CONSTRAINTS,
     TorchRanker,
@@ -59,7 +60,6 @@ from ltrr.rankers.torch_base import (
     check_trainable,
     fit_standardiser,
     load_tensors,
-    param_error,
     save_tensors,
     torch_device,
     torch_threads,
@@ -94,7 +94,7 @@ class _CrossEncoderRanker(TorchRanker):
 
     state_format: ClassVar[str] = CROSS_ENCODER_FORMAT
     needs_text: ClassVar[bool] = True
-    _parameter_constraints: ClassVar[dict] = {
+    param_constraints: ClassVar[dict] = {
         **COMMON_CONSTRAINTS,
         # a str, not a Path: parameters are saved as JSON in ranker.json
         "backbone": [None, str],
@@ -267,7 +267,7 @@ class _CrossEncoderRanker(TorchRanker):
         )
         return {k: v.to(device) for k, v in enc.items()}
 
-    @_fit_context(prefer_skip_nested_validation=True)
+    @checked_fit
     def fit(self, X, y, qid=None):
         """Fine-tune the encoder and head on rows ``X`` with labels ``y``.
 
@@ -553,8 +553,8 @@ class TransformerListwiseRanker(_CrossEncoderRanker):
 
     name = "transformer-listwise"
     objective = "listwise"
-    _parameter_constraints: ClassVar[dict] = {
-        **_CrossEncoderRanker._parameter_constraints,
+    param_constraints: ClassVar[dict] = {
+        **_CrossEncoderRanker.param_constraints,
         "temperature": [Interval(Real, 0, None, closed="neither")],
     }
 
