@@ -19,8 +19,9 @@ The dataclass is frozen: a section is not changed, a new one is built
 ``== []`` by users and carried into JSON), copied when the section is built, so no caller's
 object is shared with it; change them by building a new section, never in place.
 
-This module is on the ground floor: it imports only the standard library and `ltrr._errors`,
-and so does every ``ltrr.<package>.section`` built on it (a contract in setup.cfg checks it).
+This module is on the ground floor: it imports only the standard library, `ltrr._errors` and
+`ltrr._checks` (the range test and words it shares with every other check of a value), and so
+does every ``ltrr.<package>.section`` built on it (a contract in setup.cfg checks it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
+from ltrr._checks import in_range, range_words
 from ltrr._errors import ConfigError
 
 __all__ = ["REQUIRED", "Section", "section", "setting", "settings_of"]
@@ -133,22 +135,8 @@ def setting(type_: type, default: Any = REQUIRED, *, help: str, unit: str | None
     return dataclasses.field(default=default, metadata=meta)
 
 
-def _interval(meta: Mapping[str, Any]) -> str:
-    """The range of a setting in words: ``>= 1``, ``< 1``, ``in (0, 1)``, ``in [0, 1]``."""
-    low, high = meta["low"], meta["high"]
-    if low is not None and high is not None:
-        return f"in {'(' if meta['low_open'] else '['}{low!r}, {high!r}{')' if meta['high_open'] else ']'}"
-    if low is not None:
-        return f"{'>' if meta['low_open'] else '>='} {low!r}"
-    return f"{'<' if meta['high_open'] else '<='} {high!r}"
-
-
-def _in_range(val: float, meta: Mapping[str, Any]) -> bool:
-    low, high = meta["low"], meta["high"]
-    # written so that NaN, which compares false with everything, is out of every range
-    above = low is None or (val > low if meta["low_open"] else val >= low)
-    below = high is None or (val < high if meta["high_open"] else val <= high)
-    return bool(above and below)
+def _bounds(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {"low": meta["low"], "high": meta["high"], "low_open": meta["low_open"], "high_open": meta["high_open"]}
 
 
 def _is(val: Any, types: tuple[type, ...]) -> bool:
@@ -176,9 +164,9 @@ def _check_value(key: str, val: Any, meta: Mapping[str, Any]) -> None:
 def _check_scalar(key: str, val: Any, meta: Mapping[str, Any]) -> None:
     if meta["choices"] is not None and val not in meta["choices"]:
         raise ConfigError(f"config key {key} must be one of {', '.join(meta['choices'])}, got {val!r}")
-    if (meta["low"] is not None or meta["high"] is not None) and not _in_range(val, meta):
+    if (meta["low"] is not None or meta["high"] is not None) and not in_range(val, **_bounds(meta)):
         kind = "an integer" if isinstance(val, int) and (meta["items"] or (meta["type"],)) == (int,) else "a number"
-        raise ConfigError(f"config key {key} must be {kind} {_interval(meta)}, got {val!r}")
+        raise ConfigError(f"config key {key} must be {kind} {range_words(**_bounds(meta))}, got {val!r}")
 
 
 def section(table: str, *, open: bool = False):

@@ -99,7 +99,7 @@ def test_rollout_many_bad_input(tiny_lm):
 
     loop = AgentLoop(tiny_lm, search, ARMS, max_new_tokens=4)
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ConfigError, match="rollout batch must be a positive integer"):
+        with pytest.raises(ConfigError, match="rollout batch must be an integer >= 1"):
             rollout_many([(loop, "q", "q1", None)], batch=bad)
 
     class NoBatch(ContinuationLM):

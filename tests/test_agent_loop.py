@@ -389,10 +389,10 @@ def test_a_built_pool_is_searched_through_pool_search(btok, tmp_path):
 def test_settings_are_checked_when_rolling_out(btok):
     lm = ScriptedLM(btok, [])
     for kwargs, match in [({"max_turns": -1}, "max_turns must be an integer >= 0"),
-                          ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
-                          ({"k": 0}, "k must be a positive integer"),
-                          ({"top_p": 0}, "top_p must be in"),
-                          ({"temperature": -1}, "temperature must be >= 0")]:
+                          ({"max_new_tokens": 0}, "max_new_tokens must be an integer >= 1"),
+                          ({"k": 0}, "k must be an integer >= 1"),
+                          ({"top_p": 0}, r"top_p must be a number in \(0, 1\], got 0"),
+                          ({"temperature": -1}, "temperature must be a number >= 0, got -1")]:
         with pytest.raises(ConfigError, match=match):
             AgentLoop(lm, Corpus(), ARMS, **kwargs).rollout("q")
     with pytest.raises(ConfigError, match="unique, non-empty names"):

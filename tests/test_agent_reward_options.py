@@ -273,9 +273,9 @@ def test_each_reward_builds_its_cost_normalisers():
     assert frozen.cost_reward(4.0) == pytest.approx(1 - 1.8 / 3.6)
     assert theirs.fixed_normaliser([2.0, 2.0]).cost_reward(5.0) == 0.5  # no spread: Router-R1's 0.5
     assert ours.fixed_normaliser([2.0, 2.0]).cost_reward(5.0) == 0.0  # ltrr's step rule
-    with pytest.raises(ConfigError, match="window must be a positive integer, got 0"):
+    with pytest.raises(ConfigError, match="window must be an integer >= 1, got 0"):
         ours.rolling_normaliser(0)
-    with pytest.raises(ConfigError, match="window must be a positive integer, got 0"):
+    with pytest.raises(ConfigError, match="window must be an integer >= 1, got 0"):
         theirs.rolling_normaliser(0)
 
 

@@ -192,7 +192,7 @@ def test_rolling_normaliser_edge_cases():
     with np.errstate(all="raise"):
         assert CostNormaliser(window=2).update([0.0, 5e-300]).cost_reward(8.9e8) == 0.0
         assert CostNormaliser.fixed(-1e308, 1e308).cost_reward([0.0, 1e308]).tolist() == [0.5, 0.0]
-    with pytest.raises(ConfigError, match="window must be a positive integer"):
+    with pytest.raises(ConfigError, match="window must be an integer >= 1"):
         CostNormaliser(window=0).update([1.0])
     with pytest.raises(DataError, match="finite numbers"):
         CostNormaliser().update([1.0, float("nan")])

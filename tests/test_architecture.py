@@ -28,6 +28,7 @@ GROUND = {
     "ltrr._lazy",
     "ltrr._sections",
     "ltrr._limits",
+    "ltrr._checks",
 }
 
 

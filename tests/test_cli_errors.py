@@ -197,7 +197,7 @@ def test_policy_eval_refuses_a_negative_seed(env, capsys):
 
 def test_serve_refuses_a_bad_port_and_an_address_in_use_before_loading(env, capsys):
     assert main(["serve", str(env / "nomodel"), "--port", "99999"]) == 2
-    assert "serve port must be an integer in 0-65535, got 99999" in _err(capsys)
+    assert "serve port must be an integer in [0, 65535], got 99999" in _err(capsys)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -234,7 +234,7 @@ def test_status_says_a_bad_pool_is_an_error_before_any_stage_runs(env, capsys):
     cfg, _ = _tiny(env)
     cfg.write_text(cfg.read_text().replace("k = 2", "k = -3"))
     assert main(["status", str(cfg)]) == 2
-    assert "arms[0] ('bm25').k must be a positive integer, got -3" in _err(capsys)
+    assert "arms[0] ('bm25').k must be an integer >= 1, got -3" in _err(capsys)
 
 
 @pytest.mark.parametrize("text, why", [("{not json", "eval.json: not valid JSON"),

@@ -217,5 +217,5 @@ def test_pack_passages_keeps_the_budget_routed_order_and_dedups():
     tiny = pack_passages(res, ["bm25"], budget=5, count_tokens=words)
     assert tiny.passages.empty and "longer than the budget of 5" in tiny.empty_reason
     assert evidence_recall(["a", "b"], ["b", "z"], 50) == {"recall": 0.5, "recall_per_100_tokens": 1.0, "tokens": 50}
-    with pytest.raises(ConfigError, match="top_m must be a positive integer"):
+    with pytest.raises(ConfigError, match="top_m must be an integer >= 1"):
         pack_passages(res, ["bm25"], budget=10, top_m=0, count_tokens=words)

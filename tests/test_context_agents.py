@@ -182,7 +182,7 @@ def test_unknown_strategy_role_and_bad_settings_are_config_errors():
 
     assert packing_from_config(cfg.generation, cfg.context).budget == 256  # the loop's keys do not reach PackSpec
     assert LoopSpec.from_mapping(cfg.context).base_budget == 512
-    with pytest.raises(ConfigError, match=r"\[context\].rounds must be an integer from 1 to 3, got 4"):
+    with pytest.raises(ConfigError, match=r"\[context\].rounds must be an integer in \[1, 3\], got 4"):
         validate({**base, "context": {"rounds": 4}})
     with pytest.raises(ConfigError, match="unknown context strategy 'best'"):
         validate({**base, "context": {"strategies": ["static", "best"]}})

@@ -142,5 +142,5 @@ def test_a_second_round_appends_and_changes_nothing_of_the_first(demo):
 @pytest.mark.parametrize("kwargs", [{"grow_per_type": -1}, {"grow_noanswer": 1.5}, {"grow_per_type": True}])
 def test_a_bad_round_size_is_a_config_error_before_any_build(kwargs):
     name = next(iter(kwargs))
-    with pytest.raises(ConfigError, match=f"{name} must be a non-negative integer"):
+    with pytest.raises(ConfigError, match=f"{name} must be an integer >= 0"):
         generate_demo(seed=13, **kwargs)

@@ -65,7 +65,7 @@ def test_bootstrap_ci_rejects_bad_input():
         bootstrap_ci([0.1, np.nan])
     with pytest.raises(ConfigError, match="confidence must be in"):
         bootstrap_ci([0.1, 0.2], confidence=95)
-    with pytest.raises(ConfigError, match="n_resamples must be a positive integer"):
+    with pytest.raises(ConfigError, match="n_resamples must be an integer >= 1"):
         bootstrap_ci([0.1, 0.2], n_resamples=0)
     with pytest.raises(ConfigError, match="random_state must be"):
         bootstrap_ci([0.1, 0.2], random_state="seed")
@@ -224,7 +224,7 @@ def test_ndcg_validates():
         ndcg_at_k([[-0.5, 1.0]], [[1.0, 2.0]])
     with pytest.raises(DataError, match="differ in shape"):
         ndcg_at_k([[0.5, 1.0]], [[1.0, 2.0, 3.0]])
-    with pytest.raises(ConfigError, match="k must be a positive integer"):
+    with pytest.raises(ConfigError, match="k must be an integer >= 1"):
         ndcg_at_k([[0.5, 1.0]], [[1.0, 2.0]], k=0)
 
 

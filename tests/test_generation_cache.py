@@ -256,7 +256,7 @@ def test_batches_are_committed_separately(cache):
     )
     CachedGenerator(backend, cache, batch_size=4).generate([f"p{i}" for i in range(10)])
     assert calls == [4, 4, 2]
-    with pytest.raises(ConfigError, match="batch_size must be a positive integer"):
+    with pytest.raises(ConfigError, match="batch_size must be an integer >= 1"):
         CachedGenerator(backend, cache, batch_size=0).generate(["x"])
 
 

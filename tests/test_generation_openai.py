@@ -194,7 +194,7 @@ def test_config_validation():
         OpenAIGenerator(None)
     with pytest.raises(ConfigError, match="base_url must be an http"):
         OpenAIGenerator("m", base_url="localhost:8000")
-    with pytest.raises(ConfigError, match="max_concurrency must be a positive integer"):
+    with pytest.raises(ConfigError, match="max_concurrency must be an integer >= 1"):
         OpenAIGenerator("m", max_concurrency=0)
     with pytest.raises(ConfigError, match="unknown option.*'temprature'.*accepted: model"):
         make_generator({"backend": "openai", "model": "m", "temprature": 0})

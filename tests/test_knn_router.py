@@ -119,8 +119,8 @@ def test_router_specs():
 
 
 @pytest.mark.parametrize("params, match", [
-    ({"n_neighbors": 0}, "n_neighbors must be a positive integer"),
-    ({"n_neighbors": 2.5}, "n_neighbors must be a positive integer"),
+    ({"n_neighbors": 0}, "n_neighbors must be an integer >= 1"),
+    ({"n_neighbors": 2.5}, "n_neighbors must be an integer >= 1"),
     ({"weights": "distance"}, "weights must be one of uniform, similarity"),
     ({"prior_weight": -1}, "prior_weight must be a number >= 0"),
 ])

@@ -201,14 +201,14 @@ def test_calibrated_rule_and_oracle():
 
 
 @pytest.mark.parametrize("kwargs, costs, match", [
-    ({"budget": -0.1}, None, "the budget must be >= 0"),
+    ({"budget": -0.1}, None, "the budget must be a number >= 0"),
     ({"budget": 1.5}, None, "above the most expensive arm's cost 1.0"),
     ({"budget": "half"}, None, "the budget must be a number"),
     ({"budget": 0.5}, [0.0, -1.0, 1.0], "must be a finite number >= 0"),
     ({"budget": 0.5}, [0.0, "cheap", 1.0], "must be a number >= 0"),
     ({"budget": 0.5, "trainer": "ppo"}, None, "trainer must be 'grpo' or 'exact'"),
-    ({"budget": 0.5, "group_size": 0}, None, "group_size must be a positive integer"),
-    ({"budget": 0.5, "calibration_size": 1.0}, None, r"calibration_size must be in \[0, 1\)"),
+    ({"budget": 0.5, "group_size": 0}, None, "group_size must be an integer >= 1"),
+    ({"budget": 0.5, "calibration_size": 1.0}, None, r"calibration_size must be a number in \[0, 1\)"),
     ({"budget": 0.5, "calibration": "max"}, None,
      "calibration must be 'spend' or 'nonnegative' or 'utility', got 'max'"),
 ])
@@ -387,7 +387,7 @@ def _damaged_copy(saved, tmp_path, damage_json=None, tensors=None):
     (lambda m: m["params"].update(trainer="sgd"), r"head\.json's parameters do not fit BudgetPolicy: .*trainer"),
     (lambda m: m.update(tau="x"), r"a value is wrong: could not convert string to float: 'x'"),
     (lambda m: m.update(n_calibration=[1]), r"a value or parameter does not fit"),
-    (lambda m: m.update(n_features_in="2"), r"n_features_in must be a positive integer, got '2'"),
+    (lambda m: m.update(n_features_in="2"), r"n_features_in must be an integer >= 1, got '2'"),
     (lambda m: m.update(n_features_in=10**12), r"scaling has shape \(2,\), not the \(1000000000000,\)"),
 ])
 def test_a_damaged_head_json_is_one_data_error_naming_the_folder(saved_head, tmp_path, damage, match):

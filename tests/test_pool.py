@@ -260,7 +260,7 @@ def test_bad_queries_are_rejected(wiki, index_dir):
             RETRIEVERS,
             [{"name": "x", "retriever": "bm25", "k": 0}],
             None,
-            r"arms\[0\] \('x'\)\.k must be a positive integer",
+            r"arms\[0\] \('x'\)\.k must be an integer >= 1",
         ),
         (
             RETRIEVERS,
@@ -278,7 +278,7 @@ def test_bad_queries_are_rejected(wiki, index_dir):
             RETRIEVERS,
             [{"name": "x", "retriever": "bm25", "cost": -1}],
             None,
-            "cost must be a non-negative number",
+            "cost must be a number >= 0",
         ),
         (RETRIEVERS, [], None, "arms is empty"),
         (

@@ -116,7 +116,7 @@ def test_user_template_file(tmp_path):
         (lambda s: s.replace("(short)", "{oops"), "not a valid format string"),
         (lambda s: "extra_key = 1\n" + s, "unknown keys \\['extra_key'\\]"),
         (lambda s: s + "\nextra_key = 1\n", "unknown keys in \\[decoding\\]"),
-        (lambda s: s.replace("max_new_tokens = 12", "max_new_tokens = 0"), "positive integer"),
+        (lambda s: s.replace("max_new_tokens = 12", "max_new_tokens = 0"), "an integer >= 1, got 0"),
         (lambda s: s.replace("version = 3", "version = [3"), "invalid TOML"),
     ],
 )

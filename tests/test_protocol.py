@@ -54,7 +54,7 @@ def test_design_sample_is_stratified_and_only_design():
     assert len(s) == 30 and set(s) <= set(p.train)
     assert q.set_index("qid").loc[s, "qtype"].value_counts().to_dict() == {"a": 10, "b": 10, "c": 10}
     assert design_sample(q.sample(frac=1, random_state=2), p, n=30, random_state=1) == [x for x in q.sample(frac=1, random_state=2)["qid"] if x in set(s)]
-    with pytest.raises(ConfigError, match="positive integer"):
+    with pytest.raises(ConfigError, match="sample size must be an integer >= 1, got 0"):
         design_sample(q, p, n=0)
 
 

@@ -153,7 +153,7 @@ def test_reg_bad_params():
         ScoreRegularizer(m=0).rerank(["q"], first_stage(SCORES))
     with pytest.raises(ConfigError, match="t must be an integer >= 0"):
         ScoreRegularizer(t=-1).rerank(["q"], first_stage(SCORES))
-    with pytest.raises(ConfigError, match=r"alpha must be a number in \[0.0, 1.0\]"):
+    with pytest.raises(ConfigError, match=r"alpha must be a number in \[0, 1\]"):
         ScoreRegularizer(alpha=2).rerank(["q"], first_stage(SCORES))
 
 

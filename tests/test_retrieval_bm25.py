@@ -179,7 +179,7 @@ def test_bad_queries():
         r.search(pd.DataFrame({"qid": ["a"], "query": ["cats"]}))
     with pytest.raises(DataError, match="got one string"):
         r.search("cats")
-    with pytest.raises(ConfigError, match="k must be a positive integer"):
+    with pytest.raises(ConfigError, match="k must be an integer >= 1"):
         r.search(["cats"], k=0)
 
 
@@ -197,7 +197,7 @@ def test_bad_corpus():
 def test_unknown_backend_and_bad_params():
     with pytest.raises(ConfigError, match="unknown BM25 backend 'elastic'"):
         BM25Retriever("elastic").index(HAND)
-    with pytest.raises(ConfigError, match=r"b must be a number in \[0.0, 1.0\]"):
+    with pytest.raises(ConfigError, match=r"b must be a number in \[0, 1\]"):
         BM25Retriever(b=1.5).index(HAND)
     with pytest.raises(ConfigError, match="tokenizer must be a Tokenizer"):
         BM25Retriever(tokenizer="porter").index(HAND)

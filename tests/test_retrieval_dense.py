@@ -119,7 +119,7 @@ def test_k_larger_than_corpus_and_bad_params(wiki):
     assert len(small.search(["music"], k=10)) == 3
     with pytest.raises(ConfigError, match="index_type must be one of"):
         DenseRetriever(ENC, index_type="annoy").index(corpus.iloc[:3])
-    with pytest.raises(ConfigError, match="nprobe must be a positive integer"):
+    with pytest.raises(ConfigError, match="nprobe must be an integer >= 1"):
         DenseRetriever(ENC, nprobe=0).index(corpus.iloc[:3])
     with pytest.raises(ConfigError, match="ivf_nlist=50 exceeds the number of documents"):
         DenseRetriever(ENC, index_type="ivf", ivf_nlist=50).index(corpus.iloc[:10])

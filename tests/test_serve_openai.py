@@ -212,7 +212,7 @@ def test_serve_flags_reach_the_settings(tmp_path, monkeypatch, capsys):
     assert main(["serve", str(tmp_path), "--port", "0"]) == 0
     assert got["settings"] == ServeSettings()
     assert main(["serve", str(tmp_path), "--port", "0", "--max-body-bytes", "0"]) == 2
-    assert "serve max-body-bytes must be a positive integer" in capsys.readouterr().err
+    assert "serve max-body-bytes must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_only_the_routed_message_is_length_checked(live):

@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, GenerationError
 from ltrr.agent.continuation import Continuation, finish_reason
 from ltrr.generation.base import DecodingParams
@@ -234,8 +235,7 @@ def rollout_many(jobs: Sequence[tuple[Any, str, str, int | None]], *, batch: int
     list of Trajectory
         In the order of ``jobs``.
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ConfigError(f"rollout batch must be a positive integer, got {batch!r}")
+    check_int(batch, "rollout batch", low=1)
     tick = progress or (lambda: None)
     if batch == 1 or len(jobs) <= 1:
         out = []

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 
 __all__ = ["CostNormaliser"]
@@ -198,9 +199,8 @@ class CostNormaliser:
                     f"CostNormaliser bounds must be finite with lo <= hi, got lo={self.lo!r}, "
                     f"hi={self.hi!r}"
                 )
-        elif isinstance(self.window, bool) or not isinstance(self.window, (int, np.integer)) \
-                or self.window < 1:
-            raise ConfigError(f"CostNormaliser window must be a positive integer, got {self.window!r}")
+        else:
+            check_int(self.window, "CostNormaliser window", low=1)
 
     def _transformed(self, values: Any) -> Any:
         if self.transform == "identity":

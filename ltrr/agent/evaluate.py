@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 from ltrr.data.io import write_text_atomic
 
@@ -54,8 +55,7 @@ METRICS = ("recall", "contains", "f1", "em")  # reported; [agent] metric is the 
 def select_questions(queries: pd.DataFrame, test: list[str], n: int, seed: int) -> list[str]:
     """At most ``n`` test qids: ``multihop`` first (up to ``n // 2``), then the other types,
     about equally many each; seeded, independent of row order; returned sorted."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise DataError(f"[agent] n_eval must be a positive integer, got {n!r}")
+    check_int(n, "[agent] n_eval", low=1, error=DataError)
     q = queries.assign(qid=queries["qid"].astype(str)).set_index("qid").loc[sorted(set(test))]
     rng = np.random.default_rng(seed)
     qtype = q["qtype"].astype(str) if "qtype" in q else pd.Series("all", index=q.index)

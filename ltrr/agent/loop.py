@@ -91,6 +91,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, DataError, LtrrError
 from ltrr.agent.backends import Continuation, ContinuationLM
 from ltrr.agent.prompt import FINAL_ANSWER_INSTRUCTION, build_messages
@@ -328,21 +329,16 @@ class AgentLoop:
             v = getattr(self, name)
             if v is None and allow_none:
                 return
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"AgentLoop {name} must be a positive integer, got {v!r}")
+            check_int(v, f"AgentLoop {name}", low=1)
 
         for name in ("max_new_tokens", "max_obs_tokens"):
             positive(name)
         positive("k", allow_none=True)
         positive("max_total_tokens", allow_none=True)
-        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 0:
-            raise ConfigError(f"AgentLoop max_turns must be an integer >= 0, got {self.max_turns!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"AgentLoop seed must be an integer, got {self.seed!r}")
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ConfigError(f"AgentLoop temperature must be >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise ConfigError(f"AgentLoop top_p must be in (0, 1], got {self.top_p!r}")
+        check_int(self.max_turns, "AgentLoop max_turns", low=0)
+        check_int(self.seed, "AgentLoop seed")
+        check_number(self.temperature, "AgentLoop temperature", low=0)
+        check_number(self.top_p, "AgentLoop top_p", low=0, high=1, low_open=True)
         if not isinstance(self.lm, ContinuationLM):
             raise ConfigError(f"AgentLoop lm must be a ContinuationLM, got {type(self.lm).__name__}")
         if not callable(self.search):

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._checks import check_int, check_number, is_int
 from ltrr._errors import ConfigError
 
 __all__ = ["ArmView", "NEUTRAL_NAME", "VIEW_FIELDS", "draw_view", "view_settings"]
@@ -160,8 +161,7 @@ def _check(shuffle_arms: Any, shares: dict[str, Any], where: str) -> None:
     if not isinstance(shuffle_arms, bool):
         raise ConfigError(f"{where}.shuffle_arms must be true or false, got {shuffle_arms!r}")
     for name, v in shares.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
-            raise ConfigError(f"{where}.{name} must be a number in [0, 1], got {v!r}")
+        check_number(v, f"{where}.{name}", low=0, high=1)
 
 
 def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arms: bool = False,
@@ -198,10 +198,9 @@ def draw_view(arms: Sequence[str], *, seed: int, key: Sequence[int], shuffle_arm
     arms = list(arms)
     if not arms or len(set(arms)) != len(arms):
         raise ConfigError(f"draw_view needs unique arm names, got {arms!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ConfigError(f"draw_view seed must be an integer, got {seed!r}")
+    check_int(seed, "draw_view seed")
     key = list(key)
-    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 0 for k in key):
+    if not all(is_int(k) and k >= 0 for k in key):
         raise ConfigError(f"draw_view key must be non-negative integers, got {key!r}")
     n = len(arms)
     rng = np.random.default_rng([int(seed), _STREAM, *map(int, key)])

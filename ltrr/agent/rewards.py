@@ -42,8 +42,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.costs import CostNormaliser, _finite
 
@@ -328,9 +327,7 @@ def trajectory_cost(
         raise DataError("searches must be a list of arm names, got one string; wrap it in a list")
     if not _finite(token_price) or token_price < 0:
         raise ConfigError(f"token_price must be a finite number >= 0, got {token_price!r}")
-    if isinstance(injected_tokens, bool) or not isinstance(injected_tokens, (int, np.integer)) \
-            or injected_tokens < 0:
-        raise DataError(f"injected_tokens must be an integer >= 0, got {injected_tokens!r}")
+    check_int(injected_tokens, "injected_tokens", low=0, error=DataError)
     total = 0.0
     for arm in searches:
         if arm not in arm_costs:

@@ -27,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 
 from ltrr._atomic import atomic_path, write_text_atomic
+from ltrr._checks import check_int, check_number
 from ltrr._errors import DataError
 
 __all__ = ["training_questions", "make_rollouts", "run_grpo", "run_rft"]
@@ -130,11 +131,8 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
     spec = GRPOSpec.from_mapping({**run.config.agent.grpo, **({} if steps is None else {"steps": steps})})
     alpha = run.config.agent.alpha if alpha is None else alpha
     _check_alpha(alpha)
-    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
-                                    or not time_budget > 0):
-        from ltrr._errors import ConfigError
-
-        raise ConfigError(f"--time-budget must be a positive number of seconds, got {time_budget!r}")
+    if time_budget is not None:
+        check_number(time_budget, "--time-budget (seconds)", low=0, low_open=True)
     policy = policy_lm(run, start)
     out = Path(out)
     rollouts, questions = make_rollouts(run, policy, spec, alpha=alpha, out=out)
@@ -160,10 +158,7 @@ def run_grpo(run, start: str | Path, out: str | Path, *, steps: int | None = Non
 
 
 def _check_alpha(alpha: Any) -> None:
-    from ltrr._errors import ConfigError
-
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ConfigError(f"--alpha must be a number in [0, 1], got {alpha!r}")
+    check_number(alpha, "--alpha", low=0, high=1)
 
 
 def plot_training(record: dict, path: Path) -> Path:
@@ -214,8 +209,7 @@ def run_rft(run, start: str | Path, out: str | Path, *, rollouts: int, log: Call
     from ltrr.agent.trajectory import load_trajectories, save_trajectories
 
     spec = GRPOSpec.from_mapping(run.config.agent.grpo)
-    if isinstance(rollouts, bool) or not isinstance(rollouts, int) or rollouts < spec.group_size:
-        raise DataError(f"--rollouts must be an integer >= the group size {spec.group_size}, got {rollouts!r}")
+    check_int(rollouts, "--rollouts", low=spec.group_size, note=" (the group size)", error=DataError)
     policy = policy_lm(run, start)
     out = Path(out)
     roll, questions = make_rollouts(run, policy, spec, alpha=run.config.agent.alpha, out=None)

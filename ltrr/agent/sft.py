@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._atomic import write_text_atomic
+from ltrr._checks import check_number
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.backends import Continuation, ContinuationLM
 
@@ -84,9 +85,7 @@ def spec_from_mapping(cls, d: dict, where: str, *, nonneg: tuple[str, ...] = (),
             if not isinstance(v, bool):
                 raise ConfigError(f"{where}.{f.name} must be true or false, got {v!r}")
         elif f.name in shares:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
-                raise ConfigError(f"{where}.{f.name} must be a number in [0, 1], got {v!r}")
-            v = float(v)
+            v = check_number(v, f"{where}.{f.name}", low=0, high=1)
         elif f.name not in text:
             kind = float if isinstance(f.default, float) else int
             if kind is float and isinstance(v, int) and not isinstance(v, bool):

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.context.agents import ContextLoop
 from ltrr.packing.strategies import AGENTS, MAX_ROUNDS, LoopSpec, strategies
@@ -243,8 +244,7 @@ def agent_questions(run, n: int = 60, *, qtype: str | None = None, seed: int | N
     queries without complete labels left out once `ltrr protocol` has run): the one it
     pre-registered, and the multi-round router's (`ltrr agent eval`) before it has run.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"--questions must be a positive integer, got {n!r}")
+    check_int(n, "--questions", low=1)
     qids, source = run.protocol_part(part, seed=seed)
     q = run.dataset.queries
     q = q[q["qid"].isin(qids)]
@@ -289,8 +289,8 @@ def run_context_agents(run, *, strategy_names: Sequence[str] | None = None, n_qu
 
     spec = LoopSpec.from_mapping(run.config.context)
     for flag, v, lo, hi in (("--rounds", rounds, 1, MAX_ROUNDS), ("--token-budget", budget, 0, None)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi)):
-            raise ConfigError(f"{flag} must be an integer " + (f"from {lo} to {hi}" if hi else f">= {lo}") + f", got {v!r}")
+        if v is not None:
+            check_int(v, flag, low=lo, high=hi)
     if rounds is not None:
         spec = replace(spec, rounds=rounds)
     if budget is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError
 from ltrr.data.io import BUILDERS, data_root, write_table_atomic
 
@@ -62,8 +63,7 @@ def build_dataset(
     counts = {"seed": seed, "n_per_type": n_per_type, "n_noanswer": n_noanswer, "n_multihop": n_multihop,
               "grow_per_type": grow_per_type, "grow_noanswer": grow_noanswer}
     for key, val in counts.items():
-        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
-            raise ConfigError(f"dataset build: {key} must be an integer >= 0, got {val!r}")
+        check_int(val, f"dataset build: {key}", low=0)
     final = Path(out) if out else data_root() / "built" / name
     if final.exists() and not _is_build(final):
         # a build replaces its folder whole: never a folder (or file) that is not an earlier build

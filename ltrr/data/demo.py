@@ -71,7 +71,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import ConfigError, MissingDependencyError
+from ltrr._checks import check_int
+from ltrr._errors import MissingDependencyError
 
 __all__ = ["load_wiki_corpus", "load_fanout", "generate_demo", "DEMO_TYPES", "slug"]
 
@@ -341,8 +342,7 @@ def generate_demo(*, seed: int = 13, n_per_type: int = 200, n_noanswer: int = 20
     dict with ``corpus``, ``queries`` and ``qrels`` DataFrames.
     """
     for name, val in (("grow_per_type", grow_per_type), ("grow_noanswer", grow_noanswer)):
-        if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 0:
-            raise ConfigError(f"{name} must be a non-negative integer, got {val!r}")
+        check_int(val, name, low=0)
     rng = np.random.default_rng(seed)
     corpus = load_wiki_corpus()
     by_title = dict(zip(corpus["title"], corpus["docid"], strict=True))

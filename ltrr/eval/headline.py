@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._cpu import machine_record
 from ltrr._errors import ConfigError, DataError, LtrrError
 from ltrr._log import bar, quiet_worker_restarts
@@ -202,8 +203,7 @@ def run_protocol(
     from ltrr.eval.routing import utility_matrix
     from ltrr.eval.splits import Split
 
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
-        raise ConfigError(f"n_jobs must be a positive integer, got {n_jobs!r}")
+    check_int(n_jobs, "n_jobs", low=1)
     seed = run.config.seed if seed is None else int(seed)
     labels, raw = run.training_inputs("protocol")
     out_dir = Path(out_dir) if out_dir else run.workdir / "protocol" / f"seed-{seed}"

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 from ltrr.eval.stats import (
     bootstrap_ci,
@@ -294,8 +295,7 @@ def per_query_outcomes(
         raise ConfigError(
             f"no-retrieval arm {no_retrieval!r} is not a column of U ({', '.join(arms)})"
         )
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"k (nDCG cut-off) must be a positive integer, got {k!r}")
+    check_int(k, "k (nDCG cut-off)", low=1)
     cost = _costs(arms, costs)
     chosen, scores = _router_output(U, choice_or_scores, router)
     u = U.to_numpy(dtype=float)

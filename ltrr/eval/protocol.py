@@ -25,6 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 from ltrr.eval.splits import Split, balanced_split
 
@@ -128,8 +129,7 @@ def design_sample(
     dataset grown in rounds (``build_round``) samples its first round only, so growth keeps
     the sample.
     """
-    if not isinstance(n, (int, np.integer)) or n < 1:
-        raise ConfigError(f"the design sample size must be a positive integer, got {n!r}")
+    check_int(n, "the design sample size", low=1)
     q = queries[queries["qid"].astype(str).isin(set(design.train))]
     if "build_round" in q.columns and len(q):
         q = q[q["build_round"] == q["build_round"].min()]
@@ -172,8 +172,7 @@ def power_analysis(
     d = d[~np.isnan(d)]
     if len(d) < 2:
         raise DataError(f"power analysis needs at least 2 design differences, got {len(d)}")
-    if not isinstance(n_test, (int, np.integer)) or n_test < 2:
-        raise ConfigError(f"n_test must be an integer >= 2, got {n_test!r}")
+    check_int(n_test, "n_test", low=2)
     sd = float(np.std(d, ddof=1))
     z = float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
     mde = z * sd / math.sqrt(n_test)

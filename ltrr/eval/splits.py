@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 from ltrr._registry import Registry
 
@@ -245,8 +246,7 @@ def grouped_kfold(
     """
     from sklearn.model_selection import StratifiedGroupKFold
 
-    if not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
-        raise ConfigError(f"n_folds must be an integer >= 2, got {n_folds!r}")
+    check_int(n_folds, "n_folds", low=2)
     q = _queries(queries)
     n_groups = q["group"].nunique()
     if n_groups < n_folds:

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 
 __all__ = [
@@ -84,8 +85,7 @@ def _rng(random_state) -> np.random.Generator:
 
 
 def _check_bootstrap_params(n_resamples: int, confidence: float) -> None:
-    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
-        raise ConfigError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    check_int(n_resamples, "n_resamples", low=1)
     if not 0.0 < float(confidence) < 1.0:
         raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
 
@@ -352,8 +352,8 @@ def ndcg_at_k(gold_gains, pred_scores, k: int | None = None) -> float:
     g, s = _pair(gold_gains, pred_scores, "ndcg_at_k")
     if (g < 0).any():
         raise DataError("ndcg_at_k: gold gains must be non-negative (use the normalised gains)")
-    if k is not None and (not isinstance(k, (int, np.integer)) or k < 1):
-        raise ConfigError(f"k must be a positive integer, got {k!r}")
+    if k is not None:
+        check_int(k, "k", low=1)
     g2, s2 = np.atleast_2d(g), np.atleast_2d(s)
     if g2.shape[1] < 2:
         raise DataError("ndcg_at_k needs at least two arms per query")

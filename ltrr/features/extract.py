@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 from ltrr.features.raw import (  # re-exported: their home was this module
     BOOK_COLUMNS,
@@ -236,10 +237,8 @@ def _batch_features(
 
 def _check_options(k: Any, moran_neighbours: Any) -> None:
     for name, value in (("k", k), ("moran_neighbours", moran_neighbours)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
-        ):
-            raise ConfigError(f"{name} must be a positive integer or None, got {value!r}")
+        if value is not None:
+            check_int(value, name, low=1, note=" or None")
 
 
 def _raw_meta(enc: Any, k: int | None, moran_neighbours: int | None, query_type: Any) -> dict:
@@ -365,12 +364,7 @@ def extract_raw(
         raise DataError("queries is empty; features need at least one query")
     res = validate_results(results, extra=("arm",))
     _check_options(k, moran_neighbours)
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, (int, np.integer))
-        or batch_size < 1
-    ):
-        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_int(batch_size, "batch_size", low=1)
 
     qids = q["qid"].tolist()
     qpos = {qid: i for i, qid in enumerate(qids)}

@@ -46,6 +46,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ltrr._atomic import plain_json, sha256_file, write_json_atomic
+from ltrr._checks import check_int
 from ltrr._cpu import one_blas_thread
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
@@ -145,15 +146,8 @@ class FeaturePipeline(TransformerMixin, BaseEstimator):
     def _resolved_spec(self) -> FeatureSpec:
         spec = load_spec(self.spec)
         if self.pca_dim is not None:
-            if (
-                isinstance(self.pca_dim, bool)
-                or not isinstance(self.pca_dim, (int, np.integer))
-                or self.pca_dim < 1
-            ):
-                raise ConfigError(
-                    f"FeaturePipeline: pca_dim must be a positive integer or None, got {self.pca_dim!r}"
-                )
-            spec = FeatureSpec(**{**spec.__dict__, "pca_dim": int(self.pca_dim)})
+            pca_dim = check_int(self.pca_dim, "FeaturePipeline: pca_dim", low=1, note=" or None")
+            spec = FeatureSpec(**{**spec.__dict__, "pca_dim": pca_dim})
         if not isinstance(self.impute, bool):
             raise ConfigError(f"FeaturePipeline: impute must be True or False, got {self.impute!r}")
         return spec

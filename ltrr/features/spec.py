@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError
 from ltrr.features.raw import BOOK_COLUMNS, KEY_COLUMNS, POST_COLUMNS
 
@@ -116,13 +117,11 @@ class FeatureSpec:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{where}: name must be a non-empty string, got {name!r}")
         version = d["version"]
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ConfigError(f"{where}: version must be a positive integer, got {version!r}")
+        check_int(version, f"{where}: version", low=1)
         pre = _check_list(f"{where}: pre", d["pre"], PRE_FEATURES)
         post = _check_list(f"{where}: post", d["post"], POST_FEATURES)
         pca_dim = d.get("pca_dim", 32)
-        if isinstance(pca_dim, bool) or not isinstance(pca_dim, int) or pca_dim < 1:
-            raise ConfigError(f"{where}: pca_dim must be a positive integer, got {pca_dim!r}")
+        check_int(pca_dim, f"{where}: pca_dim", low=1)
         ind = d.get("arm_indicator", {})
         if not isinstance(ind, dict):
             raise ConfigError(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._atomic import atomic_path
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 from ltrr.generation.cache_rows import (
@@ -534,10 +535,7 @@ class CachedGenerator(GeneratorWrapper):
         return self._cached(list(prompts), params, lambda ps: self.generator.generate(ps, params))
 
     def _cached(self, prompts: list, params: DecodingParams, call) -> list[Generation]:
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(
-                f"CachedGenerator batch_size must be a positive integer, got {self.batch_size!r}"
-            )
+        check_int(self.batch_size, "CachedGenerator batch_size", low=1)
         if not self.enabled or self.cache is None:
             self.misses += len(prompts)
             self.generator_calls += len(prompts)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError, GenerationError
 from ltrr._registry import require
 from ltrr.generation.base import CANCELLED, DecodingParams, Generation, Generator, cancel_requested
@@ -228,11 +229,10 @@ class LlamaCppGenerator(Generator):
         self.n_gpu_layers = n_gpu_layers
         self.chat_format = chat_format
         _llama_cpp()
-        for name, value, low in (("n_ctx", n_ctx, 16), ("n_batch", n_batch, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"llama_cpp {name} must be an integer >= {low}, got {value!r}")
-        if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
-            raise ConfigError(f"llama_cpp n_threads must be a positive integer, got {n_threads!r}")
+        check_int(n_ctx, "llama_cpp n_ctx", low=16)
+        check_int(n_batch, "llama_cpp n_batch", low=1)
+        if n_threads is not None:
+            check_int(n_threads, "llama_cpp n_threads", low=1)
         path = resolve_model(DEFAULT_MODEL if model is None else model)
         if path is None or not path.is_file() or path.suffix.lower() != ".gguf":
             raise ConfigError(f"llama_cpp generator model {str(model)!r} is not a .gguf file or a "

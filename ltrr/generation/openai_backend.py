@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError
 from ltrr.generation.base import DecodingParams, Generation, Generator
 
@@ -157,22 +158,12 @@ class OpenAIGenerator(Generator):
             not isinstance(self.api_key_env, str) or not self.api_key_env
         ):
             raise bad("api_key_env", "the name of an environment variable or null")
-        for name in ("max_concurrency",):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise bad(name, "a positive integer")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise bad("max_retries", "a non-negative integer")
+        check_int(self.max_concurrency, "openai generator: max_concurrency", low=1)
+        check_int(self.max_retries, "openai generator: max_retries", low=0)
         for name in ("timeout", "backoff_max", "max_wait"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or v <= 0:
-                raise bad(name, "a positive number")
-        if not isinstance(self.backoff_base, (int, float)) or self.backoff_base < 0:
-            raise bad("backoff_base", "a non-negative number")
-        if not isinstance(self._context_length, int) or self._context_length < 1:
-            raise ConfigError(
-                f"openai generator: context_length must be a positive integer, got {self._context_length!r}"
-            )
+            check_number(getattr(self, name), f"openai generator: {name}", low=0, low_open=True)
+        check_number(self.backoff_base, "openai generator: backoff_base", low=0)
+        check_int(self._context_length, "openai generator: context_length", low=1)
         if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise bad("max_tokens_field", "'max_tokens' or 'max_completion_tokens'")
         if self.extra_body is not None and not isinstance(self.extra_body, dict):

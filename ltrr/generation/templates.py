@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError
 from ltrr.generation.base import DecodingParams
 
@@ -178,8 +179,7 @@ def _from_dict(raw: dict[str, Any], source: str) -> PromptTemplate:
     for key in ("max_new_tokens", "fallback_max_new_tokens"):
         if key in decoding:
             v = decoding[key]
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise fail(f"decoding.{key} must be a positive integer, got {v!r}")
+            check_int(v, f"decoding.{key}", low=1, error=fail)
             values[key] = v
     values["examples"] = _examples(raw.get("examples", []), fail)
     unknown = set(raw) - {

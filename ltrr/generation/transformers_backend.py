@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._atomic import sha256_file
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr.generation.base import CANCELLED, DecodingParams, Generation, Generator, cancel_requested
 
@@ -204,8 +205,8 @@ class TransformersGenerator(Generator):
             raise ConfigError(f"generator dtype must be one of {_DTYPES}, got {dtype!r}")
         if chat_template not in ("auto", True, False):
             raise ConfigError(f"chat_template must be 'auto', true or false, got {chat_template!r}")
-        if n_threads is not None and (not isinstance(n_threads, int) or n_threads < 1):
-            raise ConfigError(f"n_threads must be a positive integer, got {n_threads!r}")
+        if n_threads is not None:
+            check_int(n_threads, "n_threads", low=1)
         self._folder, self._gguf_file = _resolve(model)
         self._identity: str | None = None
 

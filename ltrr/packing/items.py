@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import DataError
 
 __all__ = ["MemoryItem", "KINDS"]
@@ -56,10 +57,8 @@ class MemoryItem:
                                 f"got {shown}")
         if self.kind not in KINDS:
             raise DataError(f"memory item {self.id!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 0:
-            raise DataError(f"memory item {self.id!r}: tokens must be an integer >= 0, got {self.tokens!r}")
-        if not isinstance(self.round, int) or isinstance(self.round, bool) or self.round < 0:
-            raise DataError(f"memory item {self.id!r}: round must be an integer >= 0, got {self.round!r}")
+        check_int(self.tokens, f"memory item {self.id!r}: tokens", low=0, error=DataError)
+        check_int(self.round, f"memory item {self.id!r}: round", low=0, error=DataError)
 
     def to_dict(self) -> dict:
         """The fields as a plain mapping, those that are None (``embedding``, ``key``) left out."""

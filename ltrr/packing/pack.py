@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from ltrr._errors import ConfigError
+from ltrr._checks import check_int
 from ltrr.packing.items import MemoryItem
 from ltrr.packing.select import DEFAULT_ROLES, ImportanceWeights, content_words, importance, select
 
@@ -51,8 +51,7 @@ def pack_passages(results: pd.DataFrame, arm_order: Sequence[str], *, budget: in
     gives passage vectors for the similarity to ``question_embedding``. With ``question``, its
     content words join the answerer's role keywords (the task's keywords).
     """
-    if not isinstance(top_m, int) or top_m < 1:
-        raise ConfigError(f"top_m must be a positive integer, got {top_m!r}")
+    check_int(top_m, "top_m", low=1)
     present = set(results["arm"])
     arms = [a for a in arm_order if a in present][:top_m]
     rows, seen = [], set()

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError
 from ltrr.data.schema import POOL_COLUMNS
 from ltrr.packing.pack import PackResult, pack_passages
@@ -77,10 +78,7 @@ class PackSpec:
         kw: dict[str, Any] = {}
         for key in ("budget", "top_m", "depth"):
             if key in spec:
-                v = spec[key]
-                if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "budget" else 1):
-                    raise ConfigError(f"{where}.{key} must be an integer >= {0 if key == 'budget' else 1}, got {v!r}")
-                kw[key] = int(v)
+                kw[key] = check_int(spec[key], f"{where}.{key}", low=0 if key == "budget" else 1)
         if "budget" not in kw:
             raise ConfigError(f"{where}.budget is missing: the token budget of the packed context")
         if "selector" in spec:
@@ -89,17 +87,13 @@ class PackSpec:
                                   f"one of {', '.join(selectors.names())}")
             kw["selector"] = str(spec["selector"])
         if "prior" in spec:
-            v = spec["prior"]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"{where}.prior must be a number >= 0, got {v!r}")
-            kw["prior"] = float(v)
+            kw["prior"] = check_number(spec["prior"], f"{where}.prior", low=0)
         if "weights" in spec:
             w = spec["weights"]
             if not isinstance(w, Mapping) or set(w) - set(_WEIGHT_KEYS):
                 raise ConfigError(f"{where}.weights must be a table with keys among {', '.join(_WEIGHT_KEYS)}, got {w!r}")
             for k, v in w.items():
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                    raise ConfigError(f"{where}.weights.{k} must be a number >= 0, got {v!r}")
+                check_number(v, f"{where}.weights.{k}", low=0)
                 if k == "decay" and v > 1:  # recency is decay ** age: above 1, older items would score higher
                     raise ConfigError(f"{where}.weights.decay must be a number in [0, 1] (recency is decay ** "
                                       f"rounds since the item), got {v!r}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
 from ltrr.packing.items import MemoryItem
@@ -105,8 +106,7 @@ class ImportanceWeights:
 
 def allocate_budget(base: int, role: Role) -> int:
     """``B_i = base + offset_i`` (Eq. 4), at least 0."""
-    if not isinstance(base, int) or isinstance(base, bool) or base < 0:
-        raise ConfigError(f"the base token budget must be an integer >= 0, got {base!r}")
+    check_int(base, "the base token budget", low=0)
     return max(0, int(base) + int(role.budget_offset))
 
 
@@ -277,8 +277,7 @@ def greedy_density(tokens: Sequence[int], scores: Sequence[float], budget: int) 
 
 def select(items: Sequence[MemoryItem], scores: Sequence[float], budget: int, selector: str = "knapsack") -> list[MemoryItem]:
     """The items a call reads: ``selector`` over token counts and importance, in memory order."""
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
-        raise ConfigError(f"the token budget must be an integer >= 0, got {budget!r}")
+    check_int(budget, "the token budget", low=0)
     if len(scores) != len(items):
         raise ConfigError(f"{len(items)} items but {len(scores)} scores")
     if any(not math.isfinite(float(s)) for s in scores):

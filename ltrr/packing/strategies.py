@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ltrr._checks import check_int, check_number, is_number
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
 from ltrr.packing.items import KINDS, MemoryItem
@@ -42,10 +43,7 @@ _ROLE_KEYS = ("keywords", "priorities", "budget_offset")
 
 # ---- configuration ----------------------------------------------------------------------------
 def _int_in(where: str, key: str, v: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-        allowed = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
-        raise ConfigError(f"{where}.{key} must be {allowed}, got {v!r}")
-    return int(v)
+    return check_int(v, f"{where}.{key}", low=lo, high=hi)
 
 
 def _role(where: str, name: str, spec: Any, base: Role | None) -> Role:
@@ -63,14 +61,12 @@ def _role(where: str, name: str, spec: Any, base: Role | None) -> Role:
             raise ConfigError(f"{where}.roles.{name}.priorities: stages are {', '.join(STAGES)}, each a table "
                               f"kind -> number; got {stage!r} = {kinds!r}")
         for kind, p in kinds.items():
-            if kind not in KINDS or isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            if kind not in KINDS or not is_number(p) or not 0 <= p <= 1:
                 raise ConfigError(f"{where}.roles.{name}.priorities.{stage}: kinds are {', '.join(KINDS)}, each a "
                                   f"number in [0, 1]; got {kind!r} = {p!r}")
             prio.setdefault(stage, {})[kind] = float(p)
     offset = spec.get("budget_offset", base.budget_offset if base else 0)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise ConfigError(f"{where}.roles.{name}.budget_offset must be an integer, got {offset!r}")
-    return Role(name, tuple(kw), prio, int(offset))
+    return Role(name, tuple(kw), prio, check_int(offset, f"{where}.roles.{name}.budget_offset"))
 
 
 @dataclass(frozen=True)
@@ -111,9 +107,7 @@ class LoopSpec:
             kw["strategies"] = _strategy_names(context["strategies"], f"{where}.strategies")
         if "dedup_threshold" in context:
             v = context["dedup_threshold"]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-                raise ConfigError(f"{where}.dedup_threshold must be a number in (0, 1], got {v!r}")
-            kw["dedup_threshold"] = float(v)
+            kw["dedup_threshold"] = check_number(v, f"{where}.dedup_threshold", low=0, high=1, low_open=True)
         roles = dict(DEFAULT_ROLES)
         given = context.get("roles", {})
         if not isinstance(given, Mapping):
@@ -131,8 +125,7 @@ class LoopSpec:
         _int_in(where, "rounds", self.rounds, 1, MAX_ROUNDS)
         _int_in(where, "max_subquestions", self.max_subquestions, 1)
         _strategy_names(list(self.strategies), f"{where}.strategies")
-        if not 0 < float(self.dedup_threshold) <= 1:
-            raise ConfigError(f"{where}.dedup_threshold must be a number in (0, 1], got {self.dedup_threshold!r}")
+        check_number(self.dedup_threshold, f"{where}.dedup_threshold", low=0, high=1, low_open=True)
         from ltrr.packing.select import selectors
 
         selectors.get(self.selector)

@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from ltrr._errors import ConfigError, DataError, LtrrError
+from ltrr._checks import check_int
+from ltrr._errors import DataError, LtrrError
 from ltrr._log import bar, quiet_worker_restarts
 from ltrr.pipeline._common import input_fingerprint
 from ltrr.pipeline.context import RunContext
@@ -119,8 +120,7 @@ def eval_stage(run: RunContext, *, force: bool = False) -> dict[str, Path]:
 
     labels, raw = run.training_inputs("eval")
     ecfg = run.config.eval
-    if isinstance(ecfg.n_jobs, bool) or not isinstance(ecfg.n_jobs, int) or ecfg.n_jobs < 1:
-        raise ConfigError(f"[eval] n_jobs must be a positive integer, got {ecfg.n_jobs!r}")
+    check_int(ecfg.n_jobs, "[eval] n_jobs", low=1)
     rankers = _rankers(run)
     fp = eval_fingerprint(run)
     out = run.reports_dir / "results.csv"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, LtrrError, NotBuiltError
 from ltrr._log import logger, progress_enabled
 from ltrr.config import Config, backend_settings
@@ -179,8 +180,7 @@ class Run:
                                       f"type of {self.dataset_path} ({', '.join(sorted(have)) or 'none'})")
                 self._dataset.queries = q[~q["qtype"].astype(str).isin(drop)].reset_index(drop=True)
             n = self.config.data.max_queries
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise ConfigError(f"[data] max_queries (--questions) must be an integer >= 0 (0: all), got {n!r}")
+            check_int(n, "[data] max_queries (--questions)", low=0, note=" (0: all)")
             if n and n < len(self._dataset.queries):
                 self._dataset.queries = _stratified_sample(self._dataset.queries, n, self.config.seed)
         return self._dataset

@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from ltrr._atomic import manifest_last, plain_json, write_arrays_atomic, write_text_atomic
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.policy.objective import (
     CALIBRATIONS,
@@ -179,30 +180,18 @@ class BudgetPolicy(BaseEstimator):
         if self.trainer not in TRAINERS:
             raise bad("trainer", " or ".join(repr(t) for t in TRAINERS))
         for name in ("group_size", "n_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise bad(name, "a positive integer")
-        if isinstance(self.hidden_size, bool) or not isinstance(self.hidden_size, (int, np.integer)) \
-                or self.hidden_size < 0:
-            raise bad("hidden_size", "an integer >= 0")
+            check_int(getattr(self, name), f"BudgetPolicy: {name}", low=1)
+        check_int(self.hidden_size, "BudgetPolicy: hidden_size", low=0)
         for name in ("learning_rate", "dual_lr"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise bad(name, "a number > 0")
+            check_number(getattr(self, name), f"BudgetPolicy: {name}", low=0, low_open=True)
         for name in ("entropy_weight", "ce_weight"):
-            v = getattr(self, name)
-            if name == "entropy_weight" and v is None:
-                continue
-            if not isinstance(v, (int, float)) or not v >= 0:
-                raise bad(name, "a number >= 0")
-        if not isinstance(self.calibration_size, (int, float)) or not 0 <= self.calibration_size < 1:
-            raise bad("calibration_size", "in [0, 1)")
+            if not (name == "entropy_weight" and self.entropy_weight is None):
+                check_number(getattr(self, name), f"BudgetPolicy: {name}", low=0)
+        check_number(self.calibration_size, "BudgetPolicy: calibration_size", low=0, high=1, high_open=True)
         if self.calibration not in CALIBRATIONS:
             raise bad("calibration", " or ".join(repr(c) for c in CALIBRATIONS))
         # a seed, not sklearn's None or a Generator: the same data and seed give the same policy
-        rs = self.random_state
-        if isinstance(rs, bool) or not isinstance(rs, (int, np.integer)) or rs < 0:
-            raise bad("random_state", "an integer >= 0 (the policy is always seeded)")
+        check_int(self.random_state, "BudgetPolicy: random_state", low=0, note=" (the policy is always seeded)")
 
     # ---- the network ------------------------------------------------------------------------
     def _make_head(self, n_features: int):
@@ -399,9 +388,8 @@ class BudgetPolicy(BaseEstimator):
                 pol._check_params()
             except ConfigError as exc:
                 raise DataError(f"{path}: head.json's parameters do not fit BudgetPolicy: {exc}") from None
-            n_features = meta["n_features_in"]
-            if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
-                raise DataError(f"{path}: head.json's n_features_in must be a positive integer, got {n_features!r}")
+            n_features = check_int(meta["n_features_in"], f"{path}: head.json's n_features_in", low=1,
+                                   error=DataError)
             arrays = load_file(str(path / "head.safetensors"))
             pol.x_mean_, pol.x_scale_, pol.costs_ = arrays["x_mean"], arrays["x_scale"], arrays["costs"]
             if pol.x_mean_.shape != (n_features,) or pol.x_scale_.shape != (n_features,):

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._checks import check_number
 from ltrr._errors import ConfigError, DataError
 
 __all__ = [
@@ -92,12 +93,7 @@ def check_costs(costs: Any, what: str = "cost") -> np.ndarray:
 def check_budget(budget: Any, costs: np.ndarray) -> float:
     """The budget as a float in [the mean over queries of the cheapest arm's cost, the most
     expensive arm's cost] (``costs``: arms, or queries x arms)."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(float(budget)):
-        raise ConfigError(f"the budget must be a number, got {budget!r}")
-    b, hi = float(budget), float(np.max(costs))
-    if b < 0:
-        raise ConfigError(f"the budget must be >= 0, got {b}")
+    b, hi = check_number(budget, "the budget", low=0), float(np.max(costs))
     if b > hi:
         raise ConfigError(f"the budget {b} is above the most expensive arm's cost {hi}: every policy "
                           "meets it, so there is nothing to trade; pick B <= the maximum cost")

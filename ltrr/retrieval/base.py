@@ -37,6 +37,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 
 from ltrr._atomic import write_json_atomic
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._registry import Registry
 from ltrr._version import __version__
@@ -199,9 +200,7 @@ def empty_results(extra: Sequence[str] = ()) -> pd.DataFrame:
 
 def check_k(k: Any, name: str = "k") -> int:
     """Validate a positive integer cutoff."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {k!r}")
-    return int(k)
+    return check_int(k, name, low=1)
 
 
 def corpus_fingerprint(docids: Sequence[str], texts: Sequence[str]) -> str:

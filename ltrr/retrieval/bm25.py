@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._checks import check_number
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr._registry import Registry
 from ltrr.retrieval.base import Retriever, retrievers
@@ -453,12 +454,8 @@ class BM25Retriever(Retriever):
     def validate_params(self) -> None:
         """Check parameter values; raises `ConfigError` naming the bad one."""
         bm25_backends.get(self.backend)
-        for name, lo, hi in (("k1", 0.0, math.inf), ("b", 0.0, 1.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
-                raise ConfigError(
-                    f"BM25Retriever: {name} must be a number in [{lo}, {hi}], got {v!r}"
-                )
+        check_number(self.k1, "BM25Retriever: k1", low=0)
+        check_number(self.b, "BM25Retriever: b", low=0, high=1)
         self._resolved_tokenizer()._setup()
 
     def _make_backend(self) -> _Backend:

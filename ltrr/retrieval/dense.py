@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError, MissingDependencyError, NotBuiltError
 from ltrr.retrieval.base import Retriever, retrievers
 
@@ -121,16 +122,9 @@ class DenseRetriever(Retriever):
             )
         for name in ("hnsw_m", "hnsw_ef_search", "nprobe", "batch_size"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"DenseRetriever: {name} must be a positive integer, got {v!r}")
-        if self.ivf_nlist is not None and (
-            isinstance(self.ivf_nlist, bool)
-            or not isinstance(self.ivf_nlist, (int, np.integer))
-            or self.ivf_nlist < 1
-        ):
-            raise ConfigError(
-                f"DenseRetriever: ivf_nlist must be a positive integer or None, got {self.ivf_nlist!r}"
-            )
+            check_int(v, f"DenseRetriever: {name}", low=1)
+        if self.ivf_nlist is not None:
+            check_int(self.ivf_nlist, "DenseRetriever: ivf_nlist", low=1, note=" or None")
 
     def _encoder(self):
         from ltrr.embed import get_encoder

@@ -38,6 +38,7 @@ import pandas as pd
 import ltrr.retrieval.bm25  # noqa: F401
 import ltrr.retrieval.dense  # noqa: F401
 from ltrr._atomic import write_table_atomic
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, NotBuiltError
 from ltrr.data.schema import POOL_COLUMNS
 from ltrr.data.trec import file_name_problem
@@ -69,12 +70,6 @@ def _reraise(where: str, exc: ConfigError) -> ConfigError:
 
 def _jsonable(x: Any) -> Any:
     return json.loads(json.dumps(x, sort_keys=True, default=str))
-
-
-def _check_pos_int(where: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ConfigError(f"{where} must be a positive integer, got {v!r}")
-    return int(v)
 
 
 def _corpus_sha256(corpus: pd.DataFrame) -> str:
@@ -165,8 +160,7 @@ class Pool:
         Unknown arm, retriever or reranker names, unknown keys and bad values raise
         `ConfigError` naming the key (``retrievers.dense.index``, ``arms[2].reranker``, ...).
         """
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        check_int(seed, "seed", low=0)
         if not isinstance(retrievers, dict):
             raise ConfigError(
                 f"retrievers must be a mapping of name -> settings, got {type(retrievers).__name__}"
@@ -308,8 +302,8 @@ class Pool:
             )
         if retriever in (None, NO_RETRIEVAL) and reranker != "none":
             raise ConfigError(f"{where}.reranker: the no-retrieval arm cannot rerank; use 'none'")
-        k = _check_pos_int(f"{where}.k", spec.get("k", 5))
-        depth = _check_pos_int(f"{where}.depth", spec.get("depth", 50))
+        k = check_int(spec.get("k", 5), f"{where}.k", low=1)
+        depth = check_int(spec.get("depth", 50), f"{where}.depth", low=1)
         if reranker != "none" and depth < k:
             raise ConfigError(f"{where}.depth ({depth}) must be >= k ({k}) for a reranked arm")
         return Arm(name=name, retriever=retriever, reranker=reranker, k=k, depth=depth,
@@ -317,11 +311,7 @@ class Pool:
 
     @staticmethod
     def _cost(where: str, cost: Any) -> float | None:
-        if cost is not None:
-            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
-                raise ConfigError(f"{where}.cost must be a non-negative number, got {cost!r}")
-            cost = float(cost)
-        return cost
+        return None if cost is None else check_number(cost, f"{where}.cost", low=0)
 
     @staticmethod
     def _check_packed_arm(arm: Arm, arms: Sequence[Arm]) -> None:
@@ -522,7 +512,7 @@ class Pool:
         passage count (context packing reads deeper than an arm's own ``k``).
         """
         if k is not None:
-            k = _check_pos_int("search k", k)
+            k = check_int(k, "search k", low=1)
         self._check_built()
         q = validate_queries(queries)
         selected = (

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, DataError, MissingDependencyError
 from ltrr._registry import Registry
 from ltrr.retrieval.base import (
@@ -157,20 +158,6 @@ class Reranker(BaseEstimator, ABC):
         return f"{type(self).__name__}({args})"
 
 
-def _check_int(owner: str, name: str, v: Any, lo: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ConfigError(f"{owner}: {name} must be an integer >= {lo}, got {v!r}")
-
-
-def _check_float(owner: str, name: str, v: Any, lo: float, hi: float) -> None:
-    if (
-        isinstance(v, bool)
-        or not isinstance(v, (int, float, np.floating, np.integer))
-        or not lo <= float(v) <= hi
-    ):
-        raise ConfigError(f"{owner}: {name} must be a number in [{lo}, {hi}], got {v!r}")
-
-
 @rerankers.register("none")
 class NoReranker(Reranker):
     """Keep the first-stage order; returns the top ``k``.
@@ -285,9 +272,9 @@ class ScoreRegularizer(Reranker):
         self.embeddings = embeddings
 
     def validate_params(self) -> None:
-        _check_int("reg reranker", "m", self.m, 1)
-        _check_int("reg reranker", "t", self.t, 0)
-        _check_float("reg reranker", "alpha", self.alpha, 0.0, 1.0)
+        check_int(self.m, "reg reranker: m", low=1)
+        check_int(self.t, "reg reranker: t", low=0)
+        check_number(self.alpha, "reg reranker: alpha", low=0, high=1)
 
     def _source(self) -> EmbeddingSource:
         if self.embeddings is None:
@@ -444,9 +431,9 @@ class StochasticReranker(Reranker):
         self.seed = seed
 
     def validate_params(self) -> None:
-        _check_int("stoch reranker", "n_samples", self.n_samples, 1)
-        _check_float("stoch reranker", "intensity", self.intensity, 0.0, float("inf"))
-        _check_int("stoch reranker", "seed", self.seed, 0)
+        check_int(self.n_samples, "stoch reranker: n_samples", low=1)
+        check_number(self.intensity, "stoch reranker: intensity", low=0)
+        check_int(self.seed, "stoch reranker: seed", low=0)
         if self.normalize not in NORMALIZATIONS:
             raise ConfigError(
                 f"stoch reranker: normalize must be one of {list(NORMALIZATIONS)}, got {self.normalize!r}"
@@ -524,7 +511,7 @@ class CrossEncoderReranker(Reranker):
             raise ConfigError(
                 f"cross-encoder reranker: model folder {str(self.model)!r} does not exist"
             )
-        _check_int("cross-encoder reranker", "batch_size", self.batch_size, 1)
+        check_int(self.batch_size, "cross-encoder reranker: batch_size", low=1)
 
     def _model(self):
         if getattr(self, "model_", None) is None:

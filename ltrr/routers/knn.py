@@ -34,6 +34,7 @@ import pandas as pd
 from sklearn.exceptions import NotFittedError
 
 from ltrr._atomic import manifest_last, plain_json, write_arrays_atomic, write_json_atomic
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._version import __version__
 from ltrr.routers.reference import score_frame, utility_frame
@@ -106,13 +107,10 @@ class KNNRouter(Router):
         self.label = label
 
     def _check_params(self) -> None:
-        if isinstance(self.n_neighbors, bool) or not isinstance(self.n_neighbors, (int, np.integer)) \
-                or self.n_neighbors < 1:
-            raise ConfigError(f"knn router: n_neighbors must be a positive integer, got {self.n_neighbors!r}")
+        check_int(self.n_neighbors, "knn router: n_neighbors", low=1)
         if self.weights not in _WEIGHTS:
             raise ConfigError(f"knn router: weights must be one of {', '.join(_WEIGHTS)}, got {self.weights!r}")
-        if not isinstance(self.prior_weight, (int, float)) or not self.prior_weight >= 0:
-            raise ConfigError(f"knn router: prior_weight must be a number >= 0, got {self.prior_weight!r}")
+        check_number(self.prior_weight, "knn router: prior_weight", low=0)
 
     def fit(self, raw: Any = None, labels: pd.DataFrame | None = None) -> KNNRouter:
         """Keep the embeddings and per-arm utilities of the training queries that have every arm."""

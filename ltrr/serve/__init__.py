@@ -21,10 +21,10 @@ def check_address(host: str, port: int) -> None:
     """
     import socket
 
+    from ltrr._checks import check_int
     from ltrr._errors import ConfigError
 
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ConfigError(f"serve port must be an integer in 0-65535, got {port!r}")
+    check_int(port, "serve port", low=0, high=65535)
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as sock:

@@ -8,7 +8,10 @@ when a field is wrong or asks for what ltrr cannot do, so that nothing is silent
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
+
+from ltrr._checks import check_int, check_number, in_range, is_int
 
 __all__ = ["Reject", "parse_json", "question", "prompt", "decoding", "streaming", "SEED_RANGE"]
 
@@ -23,6 +26,11 @@ class Reject(Exception):
         super().__init__(message)
         self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
         self.headers = headers
+
+
+def _bad_request(param: str) -> Callable[[str], Reject]:
+    """The error of a bad value of field ``param``: a 400 naming it."""
+    return lambda message: Reject(400, message, param=param)
 
 
 def _no_constant(name: str):
@@ -119,10 +127,7 @@ def _number(body: dict, key: str, low: float, high: float, *, low_open: bool = F
     v = body.get(key)
     if v is None:
         return None
-    lo = "(" if low_open else "["
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (low < v if low_open else low <= v) or v > high:
-        raise Reject(400, f"{key} must be a number in {lo}{low:g}, {high:g}], got {v!r}", param=key)
-    return float(v)
+    return check_number(v, key, low=low, high=high, low_open=low_open, error=_bad_request(key))
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -161,9 +166,7 @@ def decoding(body: dict, max_tokens: int) -> dict[str, Any]:
     if len(set(map(repr, given.values()))) > 1:
         raise Reject(400, "max_tokens and max_completion_tokens differ; give one", param="max_tokens")
     for key, v in given.items():
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= max_tokens:
-            raise Reject(400, f"{key} must be an integer in [1, {max_tokens}], got {v!r}", param=key)
-        out["max_new_tokens"] = v
+        out["max_new_tokens"] = check_int(v, key, low=1, high=max_tokens, error=_bad_request(key))
     if (t := _number(body, "temperature", 0, 2)) is not None:
         out["temperature"] = t
     if (t := _number(body, "top_p", 0, 1, low_open=True)) is not None:
@@ -176,7 +179,7 @@ def decoding(body: dict, max_tokens: int) -> dict[str, Any]:
         out["stop"] = tuple(stop)
     seed = body.get("seed")
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        if not is_int(seed) or not in_range(seed, *SEED_RANGE):
             raise Reject(400, f"seed must be a signed 64-bit integer (in [-2**63, 2**63 - 1]), got {seed!r}",
                          param="seed")
         out["seed"] = seed

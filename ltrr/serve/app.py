@@ -92,14 +92,11 @@ class ServeSettings:
     api_key: str | None = None
 
     def __post_init__(self) -> None:
-        from ltrr._errors import ConfigError
+        from ltrr._checks import check_int, check_number
 
         for name in ("max_queue", "max_body_bytes", "max_message_chars", "max_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # asyncio.Queue(0) has no bound
-                raise ConfigError(f"serve {name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
-            raise ConfigError(f"serve timeout must be a positive number of seconds, got {self.timeout_s!r}")
+            check_int(getattr(self, name), f"serve {name.replace('_', '-')}", low=1)  # asyncio.Queue(0) has no bound
+        check_number(self.timeout_s, "serve timeout (seconds)", low=0, low_open=True)
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
