@@ -37,7 +37,7 @@ from typing import Any
 
 from ltrr._errors import ConfigError
 
-__all__ = ["check_int", "check_number", "in_range", "is_int", "is_number", "range_words"]
+__all__ = ["check_int", "check_number", "in_range", "is_finite", "is_int", "is_number", "range_words"]
 
 
 def is_int(value: Any) -> bool:
@@ -47,7 +47,13 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     """Whether ``value`` is a real number other than NaN (an integer included), a bool excepted."""
-    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(value)
+    # NaN is the one value unequal to itself; math.isnan would overflow on an int past a float's range
+    return isinstance(value, Real) and not isinstance(value, bool) and bool(value == value)
+
+
+def is_finite(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (an integer, of any size, included), a bool excepted."""
+    return is_int(value) or (is_number(value) and math.isfinite(value))
 
 
 def range_words(low: float | None = None, high: float | None = None, *, low_open: bool = False,
@@ -72,9 +78,19 @@ def in_range(value: float, low: float | None = None, high: float | None = None, 
     return bool(above and below)
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: the message stays one readable line."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python will print
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _fail(error: Callable[[str], Exception], name: str, kind: str, words: str, note: str, value: Any):
     allowed = f"{kind} {words}" if words else kind
-    return error(f"{name} must be {allowed}{note}, got {value!r}")
+    return error(f"{name} must be {allowed}{note}, got {_shown(value)}")
 
 
 def check_int(value: Any, name: str, *, low: int | None = None, high: int | None = None, note: str = "",
@@ -139,7 +155,10 @@ def check_number(value: Any, name: str, *, low: float | None = None, high: float
         (or what ``error`` builds) ``value`` is not a real number, is a bool or NaN, or is out
         of range: ``name must be a number in [0, 1], got 2``.
     """
+    words = range_words(low, high, low_open=low_open, high_open=high_open)
     if not is_number(value) or not in_range(value, low, high, low_open=low_open, high_open=high_open):
-        raise _fail(error, name, "a number", range_words(low, high, low_open=low_open, high_open=high_open),
-                    note, value)
-    return float(value)
+        raise _fail(error, name, "a number", words, note, value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range: no setting can use it
+        raise _fail(error, name, "a number", words, note, value) from None

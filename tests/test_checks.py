@@ -18,7 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ltrr import _checks
-from ltrr._checks import check_int, check_number, in_range, is_int, is_number, range_words
+from ltrr._checks import (
+    check_int,
+    check_number,
+    in_range,
+    is_finite,
+    is_int,
+    is_number,
+    range_words,
+)
 from ltrr._errors import ConfigError, DataError
 
 
@@ -43,6 +51,28 @@ def test_what_counts_as_an_integer(value, ok):
 ])
 def test_what_counts_as_a_number(value, ok):
     assert is_number(value) is ok
+
+
+@pytest.mark.parametrize("value, number, finite", [
+    (10**400, True, True),  # past a float's range: math.isnan and math.isfinite would overflow
+    (-(10**400), True, True), (1e308, True, True), (np.float32(3.5), True, True),
+    (math.inf, True, False), (np.float64("-inf"), True, False), (math.nan, False, False),
+    (True, False, False), ("1", False, False),
+])
+def test_a_finite_number_and_an_integer_of_any_size(value, number, finite):
+    assert is_number(value) is number and is_finite(value) is finite
+
+
+def test_a_huge_or_long_value_is_refused_on_one_short_line():
+    with pytest.raises(ConfigError, match=r"^x must be a number, got 1000000000.*\.\.\.$") as info:
+        check_number(10**400, "x")  # a float cannot hold it
+    assert len(str(info.value)) < 120
+    with pytest.raises(ConfigError, match=r"^k must be an integer >= 1, got <int>$"):
+        check_int(-(10**5000), "k", low=1)  # more digits than Python prints
+    with pytest.raises(ConfigError) as info:
+        check_int("a\nlong\n" * 50, "name")
+    assert "\n" not in str(info.value) and str(info.value).endswith("...")
+    assert check_int(10**400, "count", low=1) == 10**400
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ltrr._checks import is_int
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
 from ltrr.agent.continuation import Continuation, finish_reason
@@ -378,7 +379,7 @@ class OpenAICompletionsLM(_GeneratorLM):
             if matched is not None:
                 new, finish = new + matched, "stop"
         used = holder["usage"].get("completion_tokens")
-        n = used if isinstance(used, int) and not isinstance(used, bool) else self.count_tokens(new)
+        n = used if is_int(used) else self.count_tokens(new)
         return Continuation(text=new, n_tokens=n, finish=finish, latency_s=out.latency_s)
 
 

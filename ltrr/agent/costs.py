@@ -12,22 +12,16 @@ Examples
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ltrr._checks import check_int
+from ltrr._checks import check_int, is_finite
 from ltrr._errors import ConfigError, DataError
 
 __all__ = ["CostNormaliser"]
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
-        and math.isfinite(float(x))
 
 
 class CostNormaliser:
@@ -188,13 +182,13 @@ class CostNormaliser:
         if self.window_updates not in self.WINDOW_UPDATES:
             raise ConfigError(f"CostNormaliser window_updates must be one of {list(self.WINDOW_UPDATES)}, "
                               f"got {self.window_updates!r}")
-        if self.no_spread is not None and (not _finite(self.no_spread) or not 0.0 <= self.no_spread <= 1.0):
+        if self.no_spread is not None and (not is_finite(self.no_spread) or not 0.0 <= self.no_spread <= 1.0):
             raise ConfigError(f"CostNormaliser no_spread must be None or a number in [0, 1], "
                               f"got {self.no_spread!r}")
         if self.mode == "fixed":
             if self.lo is None or self.hi is None:
                 raise ConfigError("CostNormaliser: set both lo and hi (evaluation mode) or neither")
-            if not (_finite(self.lo) and _finite(self.hi)) or self.lo > self.hi:
+            if not (is_finite(self.lo) and is_finite(self.hi)) or self.lo > self.hi:
                 raise ConfigError(
                     f"CostNormaliser bounds must be finite with lo <= hi, got lo={self.lo!r}, "
                     f"hi={self.hi!r}"
@@ -336,7 +330,7 @@ class CostNormaliser:
 
 
 def _check_percentiles(lo: Any, hi: Any) -> None:
-    if not (_finite(lo) and _finite(hi)) or not 0.0 <= lo <= hi <= 100.0:
+    if not (is_finite(lo) and is_finite(hi)) or not 0.0 <= lo <= hi <= 100.0:
         raise ConfigError(
             f"CostNormaliser percentiles must satisfy 0 <= lo_percentile <= hi_percentile <= 100, "
             f"got {lo!r} and {hi!r}"

@@ -42,9 +42,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ltrr._checks import check_int
+from ltrr._checks import check_int, is_finite
 from ltrr._errors import ConfigError, DataError
-from ltrr.agent.costs import CostNormaliser, _finite
+from ltrr.agent.costs import CostNormaliser
 
 __all__ = [
     "TAGS",
@@ -325,7 +325,7 @@ def trajectory_cost(
     """
     if isinstance(searches, str):
         raise DataError("searches must be a list of arm names, got one string; wrap it in a list")
-    if not _finite(token_price) or token_price < 0:
+    if not is_finite(token_price) or token_price < 0:
         raise ConfigError(f"token_price must be a finite number >= 0, got {token_price!r}")
     check_int(injected_tokens, "injected_tokens", low=0, error=DataError)
     total = 0.0
@@ -375,11 +375,11 @@ def total_reward(
     >>> total_reward(0.0, 0.5, 1.0, alpha=0.5)  # not correct: the cost term does not count
     0.25
     """
-    if not _finite(alpha) or not 0.0 <= alpha <= 1.0:
+    if not is_finite(alpha) or not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"alpha must be a number in [0, 1], got {alpha!r}")
     for name, value in (("format_score", format_score), ("outcome", outcome),
                         ("cost_reward", cost_reward), ("correct_threshold", correct_threshold)):
-        if not _finite(value):
+        if not is_finite(value):
             raise DataError(f"total_reward: {name} must be a finite number, got {value!r}")
     if format_score < 0:
         return -1.0

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ltrr._checks import is_int
 from ltrr._errors import DataError
 
 __all__ = [
@@ -292,7 +293,7 @@ def _typed(obj: Any, name: str, kind: type) -> None:
 
 
 def _count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+    return is_int(x) and x >= 0
 
 
 def _list(d: Mapping[str, Any], name: str) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import re
 import sqlite3
@@ -19,11 +18,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ltrr._checks import is_finite, is_int
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr.generation.base import Generation
 
 __all__ = ["SCHEMA_VERSION", "check_cache_file", "decode_row", "is_blank_database", "read_cache_rows",
-           "is_int", "is_number", "KEY_PATTERN"]
+           "KEY_PATTERN"]
 
 SCHEMA_VERSION = 1
 
@@ -66,18 +66,6 @@ def _lenient_text(data: bytes) -> str:
     # SQLite TEXT that is not UTF-8 (a hand-made or damaged file) would make sqlite3 raise on the
     # whole fetch, naming no row; decoded leniently, `decode_row` refuses that one row instead.
     return data.decode("utf-8", "surrogateescape")
-
-
-def is_int(value: Any) -> bool:
-    """An integer, not a bool (which JSON and SQLite would otherwise let pass as 0 or 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """A finite int or float, not a bool."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return is_int(value)  # an int is finite (and math.isfinite overflows on one past a float's range)
 
 
 def _json_object(value: Any, column: str) -> dict[str, Any]:
@@ -128,7 +116,7 @@ def decode_row(row: Sequence[Any]) -> tuple[Generation, bool]:
         if not is_int(value) or value < 0:
             raise DataError(f"{name} is {str(value)[:40]!r}, not an integer >= 0")
     for name, value in (("latency_s", latency_s), ("created_at", created_at)):
-        if not is_number(value):
+        if not is_finite(value):
             raise DataError(f"{name} is {str(value)[:40]!r}, not a finite number")
     _json_object(params, "params")
     decoded = _json_object(extra, "extra")

@@ -50,11 +50,12 @@ from pathlib import Path
 from typing import Any
 
 from ltrr._atomic import atomic_path, write_json_atomic
+from ltrr._checks import is_finite, is_int
 from ltrr._errors import ConfigError, DataError, NotBuiltError
 from ltrr._limits import MAX_LINE_BYTES  # a record's longest line; a longer one is refused as read
 from ltrr.generation.base import DecodingParams, Generation, Generator, GeneratorWrapper
 from ltrr.generation.cache import OTHER_CONTEXT, GenerationCache, cache_key, held_room
-from ltrr.generation.cache_rows import KEY_PATTERN, is_int, is_number
+from ltrr.generation.cache_rows import KEY_PATTERN
 
 __all__ = ["SUFFIXES", "MAX_LINE_BYTES", "XZ_MEMLIMIT", "RecordingGenerator", "write_prebuilt", "read_prebuilt",
            "check_prebuilt", "import_prebuilt", "is_prebuilt", "merge_sources", "prebuilt_path", "regenerate_sample"]
@@ -337,7 +338,7 @@ def _params(p: Any, where: str) -> DecodingParams:
         elif isinstance(default, int):
             ok, kind = is_int(value), "an integer"
         elif isinstance(default, float):
-            ok, kind = is_number(value), "a number"
+            ok, kind = is_finite(value), "a finite number"
         elif isinstance(default, tuple):
             ok, kind = isinstance(value, list) and all(isinstance(v, str) for v in value), "a list of strings"
         else:

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ltrr._checks import check_int
+from ltrr._checks import check_int, is_int
 from ltrr._errors import ConfigError
 from ltrr.generation.base import DecodingParams
 
@@ -141,7 +141,7 @@ def _from_dict(raw: dict[str, Any], source: str) -> PromptTemplate:
             raise fail(f"missing key {key!r}")
     if not isinstance(raw["name"], str) or not raw["name"]:
         raise fail("'name' must be a non-empty string")
-    if not isinstance(raw["version"], int) or isinstance(raw["version"], bool):
+    if not is_int(raw["version"]):
         raise fail(f"'version' must be an integer, got {raw['version']!r}")
     if raw["answer_format"] not in ANSWER_FORMATS:
         raise fail(f"'answer_format' must be one of {ANSWER_FORMATS}, got {raw['answer_format']!r}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ltrr._checks import is_int
 from ltrr._errors import ConfigError, DataError, LtrrError, NotBuiltError
 from ltrr._log import bar
 from ltrr.data.io import write_table_atomic
@@ -181,7 +182,7 @@ def check_config_names(run: RunContext, *, labelling: bool = True) -> None:
     for name in cfg.eval.splits:
         one_of("[eval] splits", name, splitters.names(), "split family")
     if cfg.eval.retrieval_measures:
-        ks = sorted({a["k"] for a in cfg.arms if isinstance(a.get("k"), int) and not isinstance(a["k"], bool)}) or [10]
+        ks = sorted({a["k"] for a in cfg.arms if is_int(a.get("k"))}) or [10]
         named("[eval] retrieval_measures", lambda: parse_measures(expand_measures(cfg.eval.retrieval_measures, ks)))
     # [policy] params go to BudgetPolicy beside the budget, trainer and seed the policy sets itself
     allowed = sorted(set(BudgetPolicy().get_params()) - {"budget", "trainer", "random_state"})

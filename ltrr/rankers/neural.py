@@ -34,13 +34,14 @@ imported only inside functions and methods.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Integral, Real
+from numbers import Real
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import RegressorMixin
 
+from ltrr._checks import is_int
 from ltrr._errors import DataError
 from ltrr.rankers._validation import (
     canonical_order,
@@ -181,7 +182,7 @@ class _FeedForwardRanker(TorchRanker):
     def _hidden(self) -> list[int]:
         hs = self.hidden_sizes
         if isinstance(hs, (str, bytes)) or not all(
-            isinstance(h, Integral) and not isinstance(h, bool) and int(h) >= 1 for h in hs
+            is_int(h) and h >= 1 for h in hs
         ):
             raise param_error(self, "hidden_sizes", "a sequence of ints >= 1", hs)
         return [int(h) for h in hs]
