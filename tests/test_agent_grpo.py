@@ -60,9 +60,9 @@ def _trainer_stub(model, step=0):
 def test_spec_reads_and_refuses():
     spec = GRPOSpec.from_mapping({"steps": 3, "learning_rate": 1, "beta": 0})
     assert (spec.steps, spec.learning_rate, spec.beta, spec.rollouts_per_step) == (3, 1.0, 0.0, 16)
-    for bad, msg in (({"steps": 0}, "steps must be a positive int"), ({"lr": 1}, r"unknown key\(s\) \['lr'\]"),
+    for bad, msg in (({"steps": 0}, "steps must be an integer >= 1, got 0"), ({"lr": 1}, r"unknown key\(s\) \['lr'\]"),
                      ({"beta": -0.1}, "beta must be a number >= 0"), ({"group_size": 1}, "at least 2"),
-                     ({"micro_batch": 3}, "must divide"), ({"group_size": True}, "positive int")):
+                     ({"micro_batch": 3}, "must divide"), ({"group_size": True}, "group_size must be an integer >= 1, got True")):
         with pytest.raises(ConfigError, match=msg):
             GRPOSpec.from_mapping(bad)
 

@@ -22,7 +22,7 @@ def test_adapter_settings_read_and_refuse():
     assert SFTSpec.from_mapping({"adapter": "full", "lora_dropout": 0}).adapter == "full"
     for cls in (SFTSpec, GRPOSpec):
         for bad, msg in (({"adapter": "qlora"}, "adapter must be one of lora, full, got 'qlora'"),
-                         ({"lora_r": 0}, "lora_r must be a positive int"),
+                         ({"lora_r": 0}, "lora_r must be an integer >= 1, got 0"),
                          ({"lora_dropout": -0.1}, "lora_dropout must be a number >= 0"),
                          ({"lora_dropout": 1.0}, "lora_dropout must be below 1"),
                          ({"lora_targets": "q_proj, "}, "lora_targets must be"),

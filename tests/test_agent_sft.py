@@ -85,8 +85,8 @@ def test_scripts_and_spec():
     assert SFTSpec.from_mapping({"epochs": 2}).epochs == 2.0
     from ltrr._errors import ConfigError
 
-    for bad, msg in (({"epochs": 0}, "epochs must be a positive float"), ({"lr": 1}, "unknown key(s) ['lr']"),
-                     ({"batch_size": 1.5}, "batch_size must be a positive int"),
+    for bad, msg in (({"epochs": 0}, "epochs must be a number > 0, got 0"), ({"lr": 1}, "unknown key(s) ['lr']"),
+                     ({"batch_size": 1.5}, "batch_size must be an integer >= 1, got 1.5"),
                      ({"warmup_ratio": 1.0}, "warmup_ratio must be below 1"),
                      ({"arm_choice": "best"}, "arm_choice must be one of label, type, got 'best'")):
         with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -241,7 +241,7 @@ def test_bad_agent_input_is_one_line(project, capsys, monkeypatch):
     assert "bm25" in unseen.strengths and "bm25-top1" not in unseen.strengths
     cfg.write_text(base.replace("max_examples = 10", "max_examples = 0"))
     assert main(["agent", "sft", str(cfg)]) == 2
-    assert "max_examples must be a positive int" in capsys.readouterr().err
+    assert "max_examples must be an integer >= 1, got 0" in capsys.readouterr().err
     cfg.write_text(base)
     # the LTRR baseline's feature tables missing: the evaluation stops before any rollout, not
     # after them (it once decoded for an hour, then failed)
@@ -455,8 +455,8 @@ def test_grpo_and_rft_commands(project, capsys):
     assert "neither a finished policy nor a complete GRPO or SFT checkpoint" in capsys.readouterr().err
     for argv, msg in ((["--alpha", "1.5"], "--alpha must be a number in [0, 1]"),
                       (["--from", str(root / "nowhere")], "no policy model"),
-                      (["--steps", "0"], "steps must be a positive int"),
-                      (["--time-budget", "0"], "--time-budget must be a positive number of seconds")):
+                      (["--steps", "0"], "steps must be an integer >= 1, got 0"),
+                      (["--time-budget", "0"], "--time-budget (seconds) must be a number > 0, got 0.0")):
         assert main(["agent", "train", str(cfg), *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0], err

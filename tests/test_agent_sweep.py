@@ -125,7 +125,7 @@ def test_the_bootstrap_seed_is_the_run_seed_the_evaluations_recorded(tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "different run seeds" in err[0]
     assert main(["agent", "sweep", *map(str, new), "--seed", "-1"]) == 2
-    assert "--seed must be >= 0, got -1" in capsys.readouterr().err
+    assert "--seed must be an integer >= 0, got -1" in capsys.readouterr().err
 
 
 def test_sweep_and_compare_commands(tmp_path, capsys):

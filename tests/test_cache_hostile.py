@@ -302,3 +302,38 @@ def test_cache_files_named_with_uri_characters(tmp_path, name):
     conn.execute("PRAGMA user_version = 1")  # a real (empty) SQLite file with no table
     conn.close()
     assert is_blank_database(blank)
+
+
+# a child process that creates a cache and dies (os._exit, as a SIGKILL: no cleanup) when its
+# connection starts the statement named in argv[2]
+_KILLED_WHILE_CREATING = r"""
+import os, sqlite3, sys
+
+real = sqlite3.connect
+
+def connect(*args, **kwargs):
+    conn = real(*args, **kwargs)
+    conn.set_trace_callback(lambda sql: os._exit(9) if sys.argv[2] in sql else None)
+    return conn
+
+sqlite3.connect = connect
+from ltrr.generation.cache import GenerationCache
+GenerationCache(sys.argv[1]).check()
+"""
+
+
+@pytest.mark.parametrize("dies_at", ["CREATE TABLE IF NOT EXISTS meta", "INSERT OR IGNORE INTO meta", "COMMIT"])
+def test_a_process_killed_while_it_creates_a_cache_leaves_a_blank_file(tmp_path, dies_at):
+    """The schema is one transaction: a worker killed while creating its shard left the table of
+    generations without the meta table (its statements were committed one by one), a file that is
+    neither blank (skipped by a merge) nor a cache, so merging the shards refused the run's work."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "worker-1.sqlite"
+    done = subprocess.run([sys.executable, "-c", _KILLED_WHILE_CREATING, str(path), dies_at], timeout=120)
+    assert done.returncode == 9 and path.exists()
+    assert is_blank_database(path)
+    with GenerationCache(path) as again:  # the next process that opens it makes a whole cache
+        assert again.check()["rows"] == 0
+    check_cache_file(path)

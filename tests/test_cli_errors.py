@@ -118,7 +118,7 @@ def test_search_refuses_a_negative_k_and_an_index_of_other_documents(env, capsys
     """Two dataset folders of one name shared one index, and search read it unchecked."""
     cfg, ds = _tiny(env)
     assert main(["search", str(cfg), "--arm", "bm25", "-k", "-1", "capital"]) == 2
-    assert "-k must be >= 0" in _err(capsys)
+    assert "-k must be an integer >= 0 (0: every passage of the arm), got -1" in _err(capsys)
     other = env / "other" / "tiny"
     other.mkdir(parents=True)
     (other / "corpus.jsonl").write_text(json.dumps({"docid": "z", "title": "Zebra", "text": "Zebras are striped."})
@@ -146,7 +146,7 @@ def test_label_flag_conflicts_fail_before_any_stage(env, capsys):
                                                        "with --no-cache"),
                       (["--cache-only", "--scheduler", "local:1"], "not with --scheduler"),
                       (["--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "-5"],
-                       "--scheduler-timeout must be a number of seconds > 0, got -5.0")):
+                       "--scheduler-timeout (seconds) must be a number > 0, got -5.0")):
         assert main(["label", str(cfg), *argv]) == 2
         assert why in _err(capsys)
     assert not (env / "data" / "indexes").exists() and not (env / "run").exists()

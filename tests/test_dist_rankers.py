@@ -22,7 +22,7 @@ def test_query_partitions_never_split_a_query():
             check_group_partitions(rows, [sizes[b:e] for b, e in parts])
     with pytest.raises(DataError, match="a query crosses a partition boundary"):
         check_group_partitions((5, 4), [np.array([3, 3]), np.array([3])])
-    with pytest.raises(ConfigError, match="n_partitions must be >= 1"):
+    with pytest.raises(ConfigError, match="n_partitions must be an integer >= 1, got 0"):
         query_partitions(np.array([2]), 0)
 
 

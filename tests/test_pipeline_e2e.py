@@ -813,7 +813,7 @@ def test_policy_stage_train_and_route(project, capsys, monkeypatch):
     assert main(["policy", "train", str(cfg), "--cost-budget", "5"]) == 2
     assert "above the most expensive arm's cost 1.0" in capsys.readouterr().err
     assert main(["policy", "train", str(cfg), "--cost-budget", "-1"]) == 2
-    assert "the budget must be >= 0" in capsys.readouterr().err
+    assert "the budget must be a number >= 0, got -1" in capsys.readouterr().err
     # a refused budget writes no policy folder (features-grpo-B5, features-grpo-B-1)
     assert sorted(p.name for p in policies.iterdir()) == saved
     # token costs: the prompt tokens an arm adds over no retrieval, plus its measured latency

@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ltrr._checks import check_number
 from ltrr._errors import ConfigError
 from ltrr._registry import Registry
 from ltrr.agent.rewards import resolve_arm
@@ -220,8 +221,7 @@ def router_r1_total(format_score: float, score: float, cost_reward: float, alpha
     >>> router_r1_total(0.0, 0.5, 0.2, alpha=0.5)
     0.35
     """
-    if not 0.0 <= alpha <= 1.0:
-        raise ConfigError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    check_number(alpha, "alpha", low=0, high=1)
     if format_score == -1.0:
         return -1.0
     if score == 0:

@@ -42,7 +42,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ltrr._checks import check_int, is_finite
+from ltrr._checks import check_int, check_number, is_finite
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.costs import CostNormaliser
 
@@ -375,8 +375,7 @@ def total_reward(
     >>> total_reward(0.0, 0.5, 1.0, alpha=0.5)  # not correct: the cost term does not count
     0.25
     """
-    if not is_finite(alpha) or not 0.0 <= alpha <= 1.0:
-        raise ConfigError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    check_number(alpha, "alpha", low=0, high=1)
     for name, value in (("format_score", format_score), ("outcome", outcome),
                         ("cost_reward", cost_reward), ("correct_threshold", correct_threshold)):
         if not is_finite(value):

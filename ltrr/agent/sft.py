@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ltrr._atomic import write_text_atomic
-from ltrr._checks import check_number
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, DataError
 from ltrr.agent.backends import Continuation, ContinuationLM
 
@@ -86,14 +86,10 @@ def spec_from_mapping(cls, d: dict, where: str, *, nonneg: tuple[str, ...] = (),
                 raise ConfigError(f"{where}.{f.name} must be true or false, got {v!r}")
         elif f.name in shares:
             v = check_number(v, f"{where}.{f.name}", low=0, high=1)
+        elif f.name not in text and isinstance(f.default, float):
+            v = check_number(v, f"{where}.{f.name}", low=0, low_open=f.name not in nonneg)
         elif f.name not in text:
-            kind = float if isinstance(f.default, float) else int
-            if kind is float and isinstance(v, int) and not isinstance(v, bool):
-                v = float(v)
-            ok = not isinstance(v, bool) and isinstance(v, kind) and (v >= 0 if f.name in nonneg else v > 0)
-            if not ok:
-                need = "a number >= 0" if f.name in nonneg else f"a positive {kind.__name__}"
-                raise ConfigError(f"{where}.{f.name} must be {need}, got {v!r}")
+            v = check_int(v, f"{where}.{f.name}", low=0 if f.name in nonneg else 1)
         values[f.name] = v
     return cls(**values)
 

@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ltrr._checks import check_int, check_number
 from ltrr._errors import LtrrError
 from ltrr._version import __version__
 from ltrr.cli._flags import add_field_flag, add_renamed, parse_shard
@@ -48,12 +49,15 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_scheduler_timeout(args: argparse.Namespace) -> None:
+    check_number(args.scheduler_timeout, "--scheduler-timeout (seconds)", low=0, low_open=True)
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from ltrr.config import load_config
     from ltrr.pipeline import Run
 
-    if args.k < 0:
-        raise LtrrError(f"-k must be >= 0 (0: every passage of the arm), got {args.k}")
+    check_int(args.k, "-k", low=0, note=" (0: every passage of the arm)")
     run = Run(load_config(args.config), log=lambda m: None)
     pool = run.pool
     if args.arm not in pool.arm_names:
@@ -91,8 +95,7 @@ def cmd_label(args: argparse.Namespace) -> int:
     if args.cache_only and (args.no_cache or args.scheduler):
         raise LtrrError(f"--cache-only labels from the generation cache here: not with "
                         f"{'--no-cache' if args.no_cache else '--scheduler'}")
-    if not args.scheduler_timeout > 0:  # NaN too
-        raise LtrrError(f"--scheduler-timeout must be a number of seconds > 0, got {args.scheduler_timeout}")
+    _check_scheduler_timeout(args)
     cfg = load_config(args.config)
     if args.scheduler and (args.no_cache or not cfg.generation.use_cache):
         raise LtrrError("--scheduler fills the generation cache: it cannot run with the cache off "
@@ -149,8 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.scheduler:
         from ltrr.rankers import ranker_tags
 
-        if not args.scheduler_timeout > 0:  # NaN too
-            raise LtrrError(f"--scheduler-timeout must be a number of seconds > 0, got {args.scheduler_timeout}")
+        _check_scheduler_timeout(args)
 
         if not ranker_tags(ranker).trains_on_dask:  # it would train here and be recorded as trained on Dask
             on_dask = [n for n in rankers if ranker_tags(n).trains_on_dask]

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from ltrr._checks import check_int
 from ltrr.agent.section import AgentSection
 from ltrr.cli._flags import add_field_flag
 
@@ -177,8 +178,8 @@ def _sweep(args: argparse.Namespace, out) -> int:
             alphas = [float(x) for x in args.alphas.split(",")]
         except ValueError:
             raise ConfigError(f"--alphas must be comma-separated numbers, got {args.alphas!r}") from None
-    if args.seed is not None and args.seed < 0:  # as the [run] seed key: numpy takes no negative seed
-        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
+    if args.seed is not None:  # as the [run] seed key: numpy takes no negative seed
+        check_int(args.seed, "--seed", low=0)
     doc = sweep_evals(args.evals, alphas, seed=args.seed)
     out(sweep_markdown(doc))
     if args.json_out:

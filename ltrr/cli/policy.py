@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ltrr._errors import LtrrError
+from ltrr._checks import check_int
 from ltrr.cli._flags import add_field_flag, add_renamed
 from ltrr.config import RunSection
 from ltrr.policy.section import PolicySection
@@ -53,8 +53,8 @@ def _eval(args: argparse.Namespace, log, out) -> int:
     from ltrr.policy.evaluate import budgets_markdown
     from ltrr.policy.run import evaluate_policy
 
-    if args.seed is not None and args.seed < 0:  # as the [run] seed key: numpy takes no negative seed
-        raise LtrrError(f"--seed must be an integer >= 0, got {args.seed}")
+    if args.seed is not None:  # as the [run] seed key: numpy takes no negative seed
+        check_int(args.seed, "--seed", low=0)
     run = _run(args, log)
     doc = evaluate_policy(run, representation=args.representation, on=args.part, seed=args.seed)
     out(budgets_markdown(doc, run.config.policy.trainers))

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ltrr._checks import check_int
 from ltrr._errors import ConfigError, DataError
 
 __all__ = ["dask_training", "active_client", "query_partitions", "check_group_partitions", "fit_lambdamart_on_dask",
@@ -51,9 +52,7 @@ def query_partitions(sizes: np.ndarray, n_partitions: int) -> list[tuple[int, in
     [(0, 2), (2, 4)]
     """
     sizes = np.asarray(sizes, dtype=np.int64)
-    if n_partitions < 1:
-        raise ConfigError(f"n_partitions must be >= 1, got {n_partitions}")
-    n_partitions = min(n_partitions, len(sizes))
+    n_partitions = min(check_int(n_partitions, "n_partitions", low=1), len(sizes))
     cum = np.cumsum(sizes)
     cuts = [int(np.searchsorted(cum, cum[-1] * k / n_partitions, side="left")) + 1 for k in range(1, n_partitions)]
     bounds = sorted({0, *[c for c in cuts if 0 < c < len(sizes)], len(sizes)})

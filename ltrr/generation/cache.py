@@ -160,8 +160,13 @@ class GenerationCache:
             # NORMAL is durable against a crash of the process (what SIGKILL is) in WAL mode;
             # only a power loss may lose the last commits, which then simply miss.
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            # one transaction: a process killed while it creates the file leaves a blank database
+            # (is_blank_database: no row, skipped by a merge) or a whole cache, never the table
+            # of generations without its meta table or schema version (executescript would
+            # commit each statement on its own)
+            conn.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}\n"
+                               f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{int(SCHEMA_VERSION)}');\n"
+                               "COMMIT;")
         except BaseException:
             conn.close()
             raise
