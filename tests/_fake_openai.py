@@ -10,6 +10,7 @@ every request gets ``default``. Behaviours:
 - ``"malformed"``: status 200, a JSON body without ``choices``.
 - ``"nonjson"``: status 200, an HTML body.
 - ``"nousage"``: ok without a ``usage`` object.
+- ``"boolusage"``: ok with token counts of ``true`` (a JSON bool, which Python reads as an int).
 - ``"badjson_content"``: ok, but the content is not JSON (for JSON mode).
 
 ``POST /v1/completions`` (for likelihood scoring) echoes the prompt with per-token
@@ -120,7 +121,7 @@ class FakeOpenAI:
                     self._send(200, b'{"id": "x", "object": "chat.completion"}', "application/json")
                 elif kind == "nonjson":
                     self._send(200, b"<html><body>Bad gateway</body></html>", "text/html")
-                elif kind in ("ok", "nousage", "badjson_content"):
+                elif kind in ("ok", "nousage", "boolusage", "badjson_content"):
                     if fake.ok_delay:
                         time.sleep(fake.ok_delay)
                     user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
@@ -146,6 +147,8 @@ class FakeOpenAI:
                             "completion_tokens": len(content.split()),
                             "total_tokens": len(user.split()) + 7 + len(content.split()),
                         }
+                    if kind == "boolusage":
+                        reply["usage"] = {"prompt_tokens": True, "completion_tokens": True, "total_tokens": 2}
                     self._send(200, json.dumps(reply).encode(), "application/json")
                 else:
                     raise ValueError(f"unknown scripted behaviour {behaviour!r}")

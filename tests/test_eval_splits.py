@@ -69,7 +69,7 @@ def test_balanced_split_is_seeded(queries):
 
 
 def test_balanced_split_validates_test_size(queries):
-    with pytest.raises(ConfigError, match="test_size must be a fraction"):
+    with pytest.raises(ConfigError, match=r"test_size must be a number in \(0, 1\) \(a fraction\), got 1.5"):
         balanced_split(queries, test_size=1.5)
 
 

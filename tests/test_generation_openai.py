@@ -154,11 +154,14 @@ def test_json_mode(server):
     assert out[0].ok and server.hits == 3
 
 
-def test_missing_usage_is_estimated_and_flagged(server):
-    server.script = ["nousage"]
+@pytest.mark.parametrize("behaviour", ["nousage", "boolusage"])
+def test_missing_usage_is_estimated_and_flagged(server, behaviour):
+    """No usage object, or token counts that are not integers (``true`` was read as 1 token)."""
+    server.script = [behaviour]
     out = gen_for(server).generate(["one two three"])
     assert out[0].ok and out[0].extra["usage_estimated"] is True
-    assert out[0].prompt_tokens > 0 and out[0].completion_tokens > 0
+    assert out[0].prompt_tokens > 1 and out[0].completion_tokens > 1
+    assert type(out[0].prompt_tokens) is int and type(out[0].completion_tokens) is int
 
 
 def test_concurrency_bound_is_respected():

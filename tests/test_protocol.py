@@ -43,7 +43,7 @@ def test_partition_without_a_type_in_test_is_refused():
     seed = next(s for s in range(50) if "rare1" not in balanced_split(q, test_size=0.3, random_state=s).test)
     with pytest.raises(DataError, match=rf"seed {seed}.*leaves the test part without query type\(s\) rare"):
         design_test_partition(q, random_state=seed)
-    with pytest.raises(ConfigError, match="design_size must be in"):
+    with pytest.raises(ConfigError, match=r"design_size must be a number in \(0, 1\), got 1.0"):
         design_test_partition(q, design_size=1.0)
 
 

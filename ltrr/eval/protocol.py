@@ -25,8 +25,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ltrr._checks import check_int
-from ltrr._errors import ConfigError, DataError
+from ltrr._checks import check_int, check_number
+from ltrr._errors import DataError
 from ltrr.eval.splits import Split, balanced_split
 
 __all__ = [
@@ -67,9 +67,8 @@ def design_test_partition(
     >>> p.name, p.n_train, p.n_test
     ('design-test', 14, 6)
     """
-    if not isinstance(design_size, (int, float)) or not 0.0 < float(design_size) < 1.0:
-        raise ConfigError(f"design_size must be in (0, 1), got {design_size!r}")
-    split = _partition_by_round(queries, test_size=1.0 - float(design_size), random_state=random_state)
+    design_size = check_number(design_size, "design_size", low=0, high=1, low_open=True, high_open=True)
+    split = _partition_by_round(queries, test_size=1.0 - design_size, random_state=random_state)
     qtype = queries.set_index(queries["qid"].astype(str))["qtype"].astype(str) if "qtype" in queries else None
     if qtype is not None:
         missing = sorted(set(qtype) - set(qtype.reindex(list(split.test))))

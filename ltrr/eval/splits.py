@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ltrr._checks import check_int
+from ltrr._checks import check_int, check_number
 from ltrr._errors import ConfigError, DataError
 from ltrr._registry import Registry
 
@@ -163,8 +163,8 @@ def balanced_split(queries: pd.DataFrame, test_size: float = 0.3, random_state: 
     >>> s.n_train + s.n_test
     10
     """
-    if not isinstance(test_size, (int, float)) or not 0.0 < float(test_size) < 1.0:
-        raise ConfigError(f"test_size must be a fraction in (0, 1), got {test_size!r}")
+    test_size = check_number(test_size, "test_size", low=0, high=1, low_open=True, high_open=True,
+                             note=" (a fraction)")
     q = _queries(queries)
     rng = np.random.default_rng(random_state)
     sizes = q.groupby("group").size()

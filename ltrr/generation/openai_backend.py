@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ltrr._checks import check_int, check_number
+from ltrr._checks import check_int, check_number, is_int
 from ltrr._errors import ConfigError
 from ltrr.generation.base import DecodingParams, Generation, Generator
 
@@ -312,10 +312,10 @@ class OpenAIGenerator(Generator):
                 "attempts": attempts,
                 "total_s": time.perf_counter() - started,
             }
-            prompt_tokens = usage.get("prompt_tokens")
-            completion_tokens = usage.get("completion_tokens")
-            if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
-                # Servers without usage reporting: keep an estimate, and say so.
+            reported = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if all(is_int(n) for n in reported):
+                prompt_tokens, completion_tokens = (int(n) for n in reported)  # type: ignore[arg-type]  # is_int checked
+            else:  # servers without usage reporting (or with counts that are no integers): an estimate, flagged
                 extra["usage_estimated"] = True
                 prompt_tokens = sum(self.count_tokens(m["content"]) for m in body["messages"])
                 completion_tokens = self.count_tokens(text) if text else 0
