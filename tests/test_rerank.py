@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from _wiki import wiki_corpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from ltrr._errors import ConfigError, DataError
@@ -384,3 +386,42 @@ def test_a_dense_retriever_under_another_name_is_the_embedding_source(tmp_path):
     src = pool.embedding_source()
     assert src.retriever is pool.retrievers_["d"] and src.n_encoded == 0
     assert not BM25Retriever.embeds_documents and DenseRetriever.embeds_documents
+
+
+def _rerank_per_query(reranker, queries, results, k):
+    """The reference: each query's rows sorted stably by rank, reranked, one frame per query (how
+    `Reranker.rerank` worked before it sorted the whole table once)."""
+    results = results.assign(qid=results["qid"].astype(str))
+    groups = dict(iter(results.groupby("qid", sort=False)))
+    frames = []
+    for qid, question in zip(queries["qid"], queries["question"], strict=True):
+        if qid not in groups:
+            continue
+        g = groups[qid].sort_values("rank", kind="stable")
+        order, scores = reranker._rerank_one(qid, question, g["score"].to_numpy(dtype=np.float64),
+                                             g["docid"].astype(str).tolist(), g["text"].tolist(), k)
+        order = np.asarray(order, dtype=np.int64)[:k]
+        frames.append(pd.DataFrame({"qid": qid, "docid": g["docid"].to_numpy()[order],
+                                    "score": np.asarray(scores, dtype=np.float64)[order],
+                                    "rank": np.arange(1, len(order) + 1, dtype=np.int64),
+                                    "text": g["text"].to_numpy()[order]}))
+    return pd.concat(frames, ignore_index=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), k=st.integers(1, 6), which=st.sampled_from(["none", "reg", "stoch"]))
+def test_rerank_matches_the_per_query_reference(data, k, which):
+    """Queries in any order, some without rows, rows shuffled, ranks tied and skipping: the one
+    sort of the whole table gives what sorting and reranking each query's rows did."""
+    n_queries = data.draw(st.integers(1, 5))
+    qids = [f"q{i}" for i in data.draw(st.permutations(range(n_queries)))]
+    queries = pd.DataFrame({"qid": qids, "question": [f"question {q}" for q in qids]})
+    rows = data.draw(st.lists(st.tuples(st.sampled_from(qids), st.integers(1, 4),
+                                        st.floats(-5, 5, allow_nan=False), st.sampled_from(sorted(VECS))),
+                              min_size=1, max_size=30))
+    results = pd.DataFrame(rows, columns=["qid", "rank", "score", "docid"]).assign(
+        text=lambda d: "text of " + d["docid"])
+    reranker = {"none": NoReranker(), "reg": ScoreRegularizer(t=1, m=2, alpha=0.5, embeddings=FixedSource(VECS)),
+                "stoch": StochasticReranker(seed=3)}[which]
+    got = reranker.rerank(queries, results, k=k)
+    pd.testing.assert_frame_equal(got, _rerank_per_query(reranker, queries, results, k), check_exact=True)

@@ -108,38 +108,37 @@ class Reranker(BaseEstimator, ABC):
             raise DataError(f"results have qid(s) {unknown[:5]} that are not in queries")
         if len(results) == 0:
             return empty_results()
-        results = results.assign(qid=results["qid"].astype(str))
-        groups = {qid: g for qid, g in results.groupby("qid", sort=False)}
-        frames = []
-        for qid, question in zip(q["qid"], q["question"], strict=True):
-            g = groups.get(qid)
-            if g is None or len(g) == 0:
-                continue
-            g = g.sort_values("rank", kind="stable")
-            order, scores = self._rerank_one(
-                qid,
-                question,
-                g["score"].to_numpy(dtype=np.float64),
-                g["docid"].astype(str).tolist(),
-                g["text"].tolist(),
-                k,
+        # One sort of the whole table (query order, then first-stage rank, ties in row order: what
+        # sorting each query's group stably gave) and one frame at the end. The loop below only
+        # slices arrays: a DataFrame per query cost about 1.5 ms, 50 s of the demo's 34,392.
+        qids = results["qid"].astype(str).to_numpy(dtype=object)
+        position = {qid: i for i, qid in enumerate(q["qid"])}
+        qpos = np.fromiter((position[x] for x in qids), dtype=np.int64, count=len(qids))
+        order = np.argsort(results["rank"].to_numpy(), kind="stable")
+        order = order[np.argsort(qpos[order], kind="stable")]
+        qpos, qids = qpos[order], qids[order]
+        scores = results["score"].to_numpy(dtype=np.float64)[order]
+        docids = results["docid"].to_numpy(dtype=object)[order]
+        docid_text = results["docid"].astype(str).to_numpy(dtype=object)[order].tolist()
+        texts = results["text"].to_numpy(dtype=object)[order]
+        text_list = texts.tolist()
+        questions = q["question"].tolist()
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(qpos)) + 1, [len(qpos)]])
+        rows, new_scores, ranks = [], [], []
+        for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            picked, row_scores = self._rerank_one(
+                qids[start], questions[qpos[start]], scores[start:end], docid_text[start:end],
+                text_list[start:end], k,
             )
-            order = np.asarray(order, dtype=np.int64)[:k]
-            scores = np.asarray(scores, dtype=np.float64)
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "qid": qid,
-                        "docid": g["docid"].to_numpy()[order],
-                        "score": scores[order],
-                        "rank": np.arange(1, len(order) + 1, dtype=np.int64),
-                        "text": g["text"].to_numpy()[order],
-                    }
-                )
-            )
-        if not frames:
+            picked = np.asarray(picked, dtype=np.int64)[:k]
+            rows.append(start + picked)
+            new_scores.append(np.asarray(row_scores, dtype=np.float64)[picked])
+            ranks.append(np.arange(1, len(picked) + 1, dtype=np.int64))
+        if not rows:
             return empty_results()
-        return pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
+        rows_ = np.concatenate(rows)
+        return pd.DataFrame({"qid": qids[rows_], "docid": docids[rows_], "score": np.concatenate(new_scores),
+                             "rank": np.concatenate(ranks), "text": texts[rows_]})[RESULT_COLUMNS]
 
     @abstractmethod
     def _rerank_one(
