@@ -14,7 +14,7 @@ one wording, the same as a config key's (`ltrr._sections`)::
 
 What counts:
 
-- an integer is an `numbers.Integral` (Python's and numpy's integers), never a bool, although
+- an integer is a `numbers.Integral` (Python's and numpy's integers), never a bool, although
   ``bool`` subclasses ``int``: ``True`` for a count is a mistake, not a 1;
 - a number is a `numbers.Real` (integers included), never a bool, and never NaN, which lies in
   no range (without a range too: no setting of ltrr means anything by NaN). Infinity is a number
@@ -155,10 +155,10 @@ def check_number(value: Any, name: str, *, low: float | None = None, high: float
         (or what ``error`` builds) ``value`` is not a real number, is a bool or NaN, or is out
         of range: ``name must be a number in [0, 1], got 2``.
     """
-    words = range_words(low, high, low_open=low_open, high_open=high_open)
-    if not is_number(value) or not in_range(value, low, high, low_open=low_open, high_open=high_open):
-        raise _fail(error, name, "a number", words, note, value)
-    try:
-        return float(value)
-    except OverflowError:  # an integer past a float's range: no setting can use it
-        raise _fail(error, name, "a number", words, note, value) from None
+    if is_number(value) and in_range(value, low, high, low_open=low_open, high_open=high_open):
+        try:
+            return float(value)
+        except OverflowError:  # an integer past a float's range: no setting can use it
+            pass
+    raise _fail(error, name, "a number", range_words(low, high, low_open=low_open, high_open=high_open), note,
+                value)
